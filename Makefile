@@ -1,0 +1,70 @@
+# Two commands matter: `make run` and `make test`. Both work on a fresh machine with only Python 3.11+:
+# they create .venv, install requirements, and start an embedded PostgreSQL 18 when DATABASE_URL is unset.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+PORT ?= 8000
+
+# Demo-only defaults for `make run` (labelled as such; production sets its own values).
+DEMO_ENV := PAYMENT_SANDBOX=$${PAYMENT_SANDBOX:-true} \
+	PAYMENT_WEBHOOK_SECRET=$${PAYMENT_WEBHOOK_SECRET:-demo-webhook-secret-not-for-production}
+
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench clean
+
+help:
+	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT)"
+	@echo "make test   - set up, start the database, lint, run the whole test suite"
+	@echo "make stop   - stop the embedded PostgreSQL"
+	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
+
+$(STAMP): requirements.txt
+	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@rm -f $(VENV)/.installed-* && touch $@
+
+setup: $(STAMP)
+
+# With DATABASE_URL set, that database is used as is; otherwise the embedded server is started (reused if running).
+db: setup
+	@if [ -z "$$DATABASE_URL" ]; then $(PY) -m skincare.devdb ensure >/dev/null && echo "embedded PostgreSQL 18 up (.data/pg)"; \
+	else echo "using DATABASE_URL"; fi
+
+migrate: db
+	$(PY) manage.py migrate --noinput -v0
+
+demo: migrate
+	$(PY) manage.py load_demo_data
+
+run: demo
+	$(PY) manage.py collectstatic --noinput -v0
+	$(DEMO_ENV) PORT=$(PORT) exec $(VENV)/bin/gunicorn -c skincare/gunicorn.conf.py skincare.wsgi:application
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: db lint
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+stop: setup
+	$(PY) -m skincare.devdb stop
+
+loadtest: demo
+	$(PY) -m bench.loadtest
+
+bench: demo
+	$(PY) -m bench.run
+
+clean: stop
+	rm -rf .data staticfiles

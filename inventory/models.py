@@ -1,0 +1,87 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Product(models.Model):
+    sku = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    price = models.DecimalField(max_digits=12, decimal_places=2)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "products"
+        ordering = ["id"]
+        constraints = [models.CheckConstraint(condition=Q(price__gte=0), name="products_price_gte_0")]
+
+    def __str__(self):
+        return f"{self.name} ({self.sku})"
+
+
+class Inventory(models.Model):
+    """Stock counters of one product. ``available_stock`` can be claimed by new checkouts;
+    ``reserved_stock`` is held by pending orders. Only ``inventory.services`` writes these fields."""
+
+    product = models.OneToOneField(Product, on_delete=models.PROTECT, primary_key=True, related_name="inventory")
+    available_stock = models.IntegerField(default=0)
+    reserved_stock = models.IntegerField(default=0)
+    version = models.BigIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "inventories"
+        verbose_name_plural = "inventories"
+        ordering = ["product_id"]
+        permissions = [("adjust_stock", "Can adjust and count stock")]
+        constraints = [
+            models.CheckConstraint(condition=Q(available_stock__gte=0), name="inventories_available_stock_gte_0"),
+            models.CheckConstraint(condition=Q(reserved_stock__gte=0), name="inventories_reserved_stock_gte_0"),
+        ]
+
+    def __str__(self):
+        return f"stock of product {self.product_id}: {self.available_stock} available, {self.reserved_stock} reserved"
+
+
+class StockMovement(models.Model):
+    """Append-only ledger: one row for every change to a product's stock counters, written in the same
+    transaction as the change. A database trigger rejects UPDATE and DELETE."""
+
+    class Reason(models.TextChoices):
+        RESERVE = "reserve", "Reserved by checkout"
+        CONSUME = "consume", "Consumed by payment"
+        EXPIRE = "expire", "Reservation expired"
+        CANCEL = "cancel", "Reservation cancelled"
+        RESTOCK = "restock", "Initial stock / restock"
+        ADJUSTMENT = "adjustment", "Manual adjustment"
+        COUNT = "count", "Stock count"
+
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="stock_movements")
+    available_delta = models.IntegerField()
+    reserved_delta = models.IntegerField()
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    # A plain column, not a foreign key: the ledger belongs to inventory, which must not depend on orders.
+    order_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "stock_movements"
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["product", "id"], name="stock_movements_product_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(available_delta=0) | ~Q(reserved_delta=0), name="stock_movements_nonzero"
+            ),
+            models.CheckConstraint(
+                condition=Q(reason__in=["reserve", "consume", "expire", "cancel", "restock", "adjustment", "count"]),
+                name="stock_movements_reason",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.reason} product {self.product_id}: available {self.available_delta:+d}, reserved {self.reserved_delta:+d}"

@@ -1,0 +1,197 @@
+"""Every write to stock counters goes through this module.
+
+Each function changes ``available_stock``/``reserved_stock`` with guarded F-expression updates and writes
+one ``stock_movements`` row per product in the same transaction. Rows are always locked in ascending
+``product_id`` order (see ``docs/locking.md`` for the whole lock order). The building blocks used inside
+a checkout or an order transition run with ``savepoint=False``: they join the caller's transaction
+without the extra SAVEPOINT/RELEASE round trips, and a failure aborts that whole transaction.
+"""
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from inventory.exceptions import (
+    InventoryCorrupted,
+    ProductNotFound,
+    StaleStockVersion,
+    StockConflict,
+    StockWouldGoNegative,
+)
+from inventory.models import Inventory, Product, StockMovement
+from skincare.db import require_transaction
+
+Reason = StockMovement.Reason
+
+
+def _ledger(*, deltas, reason, order_id=None, actor=None, note=""):
+    """Append one ledger row per (product_id, available_delta, reserved_delta)."""
+    StockMovement.objects.bulk_create(
+        [
+            StockMovement(
+                product_id=product_id,
+                available_delta=available_delta,
+                reserved_delta=reserved_delta,
+                reason=reason,
+                order_id=order_id,
+                actor=actor,
+                note=note,
+            )
+            for product_id, available_delta, reserved_delta in deltas
+        ]
+    )
+
+
+def _guarded_update(*, product_id, guard, **changes):
+    """One UPDATE of one inventory row, only where ``guard`` holds. Returns the number of rows changed."""
+    return Inventory.objects.filter(product_id=product_id, **guard).update(
+        version=F("version") + 1, updated_at=Now(), **changes
+    )
+
+
+@transaction.atomic(savepoint=False)
+def stock_reserve(*, quantities, order_id):
+    """Move units from available to reserved for one order. ``quantities`` maps product_id to qty.
+
+    Raises :class:`StockConflict` naming every product that is short. The ledger rows are written first
+    and the inventory row lock is taken by the last statements, so the hot row stays locked only for
+    those statements and the COMMIT that follows.
+    """
+    require_transaction()
+    product_ids = sorted(quantities)
+    _ledger(
+        deltas=[(pid, -quantities[pid], quantities[pid]) for pid in product_ids],
+        reason=Reason.RESERVE,
+        order_id=order_id,
+    )
+    if len(product_ids) > 1:
+        # Several rows: lock them all in ascending id order first, so that no two checkouts can each hold
+        # one row the other needs, and so that the conflict can name every short product.
+        locked = dict(
+            Inventory.objects.select_for_update(no_key=True)
+            .filter(product_id__in=product_ids)
+            .order_by("product_id")
+            .values_list("product_id", "available_stock")
+        )
+        short = [pid for pid in product_ids if locked.get(pid, 0) < quantities[pid]]
+        if short:
+            raise StockConflict(product_ids=short)
+    for pid in product_ids:
+        qty = quantities[pid]
+        # For a single product this guarded UPDATE is the whole protection: it takes the row lock and
+        # re-checks available_stock under it. For several, the rows are already locked above.
+        if not _guarded_update(
+            product_id=pid,
+            guard={"available_stock__gte": qty},
+            available_stock=F("available_stock") - qty,
+            reserved_stock=F("reserved_stock") + qty,
+        ):
+            raise StockConflict(product_ids=[pid])
+
+
+def _move_reserved(*, lines, reason, available_sign):
+    """Take units out of ``reserved_stock`` (and back into ``available_stock`` when ``available_sign`` is 1).
+    ``lines`` are (order_id, product_id, qty): one summed guarded update per product, ascending, and one
+    ledger row per line so that every unit stays traceable to its order."""
+    require_transaction()
+    totals = {}
+    for _order_id, product_id, qty in lines:
+        totals[product_id] = totals.get(product_id, 0) + qty
+    for product_id in sorted(totals):
+        qty = totals[product_id]
+        changes = {"reserved_stock": F("reserved_stock") - qty}
+        if available_sign:
+            changes["available_stock"] = F("available_stock") + qty
+        if not _guarded_update(product_id=product_id, guard={"reserved_stock__gte": qty}, **changes):
+            raise InventoryCorrupted(product_ids=[product_id])
+    _ledger_lines(lines=lines, reason=reason, available_sign=available_sign)
+
+
+def _ledger_lines(*, lines, reason, available_sign):
+    StockMovement.objects.bulk_create(
+        [
+            StockMovement(
+                product_id=product_id,
+                available_delta=qty * available_sign,
+                reserved_delta=-qty,
+                reason=reason,
+                order_id=order_id,
+            )
+            for order_id, product_id, qty in sorted(lines, key=lambda line: (line[1], line[0]))
+        ]
+    )
+
+
+@transaction.atomic(savepoint=False)
+def stock_release(*, lines, reason):
+    """Return reserved units to available (reservations expired or cancelled)."""
+    if reason not in (Reason.EXPIRE, Reason.CANCEL):
+        raise ValueError(f"stock_release cannot record reason {reason!r}")
+    _move_reserved(lines=lines, reason=reason, available_sign=1)
+
+
+@transaction.atomic(savepoint=False)
+def stock_consume(*, lines):
+    """Reserved units leave the shop: their orders were paid."""
+    _move_reserved(lines=lines, reason=Reason.CONSUME, available_sign=0)
+
+
+@transaction.atomic
+def stock_adjust(*, product_id, delta, note, actor=None, reason=Reason.ADJUSTMENT):
+    """Add ``delta`` (may be negative) to available stock with an F-expression. Refused if the result
+    would be negative. Concurrent checkouts keep their reservations: nothing is overwritten."""
+    if reason not in (Reason.ADJUSTMENT, Reason.RESTOCK):
+        raise ValueError(f"stock_adjust cannot record reason {reason!r}")
+    if not note or not note.strip():
+        raise ValueError("a stock adjustment needs a reason note")
+    if delta == 0:
+        raise ValueError("a stock adjustment needs a non-zero delta")
+    updated = _guarded_update(
+        product_id=product_id,
+        guard={"available_stock__gte": -delta} if delta < 0 else {},
+        available_stock=F("available_stock") + delta,
+    )
+    if not updated:
+        if not Inventory.objects.filter(product_id=product_id).exists():
+            raise ProductNotFound(product_ids=[product_id])
+        raise StockWouldGoNegative(product_id=product_id, delta=delta)
+    _ledger(deltas=[(product_id, delta, 0)], reason=reason, actor=actor, note=note.strip())
+    return Inventory.objects.get(product_id=product_id)
+
+
+@transaction.atomic
+def stock_set_counted(*, product_id, counted, expected_version, note, actor=None):
+    """Set available stock to a counted figure, but only if the row is still at ``expected_version`` (the
+    version the ops form was loaded with). Otherwise raise :class:`StaleStockVersion` and write nothing."""
+    if counted < 0:
+        raise StockWouldGoNegative(product_id=product_id, counted=counted)
+    if not note or not note.strip():
+        raise ValueError("a stock count needs a reason note")
+    try:
+        inventory = Inventory.objects.select_for_update(no_key=True).get(product_id=product_id)
+    except Inventory.DoesNotExist:
+        raise ProductNotFound(product_ids=[product_id]) from None
+    if inventory.version != expected_version:
+        raise StaleStockVersion(product_id=product_id, expected_version=expected_version, version=inventory.version)
+    delta = counted - inventory.available_stock
+    if delta == 0:
+        return inventory
+    _guarded_update(product_id=product_id, guard={"version": expected_version}, available_stock=counted)
+    _ledger(deltas=[(product_id, delta, 0)], reason=Reason.COUNT, actor=actor, note=note.strip())
+    inventory.refresh_from_db()
+    return inventory
+
+
+@transaction.atomic
+def product_create(*, sku, name, price, initial_stock=0, is_active=True, actor=None, product_id=None):
+    """Create a product with its inventory row; initial stock is recorded in the ledger as a restock."""
+    if initial_stock < 0:
+        raise StockWouldGoNegative(counted=initial_stock)
+    fields = {"sku": sku, "name": name, "price": price, "is_active": is_active}
+    if product_id is not None:
+        fields["id"] = product_id
+    product = Product.objects.create(**fields)
+    Inventory.objects.create(product=product, available_stock=initial_stock)
+    if initial_stock:
+        _ledger(deltas=[(product.pk, initial_stock, 0)], reason=Reason.RESTOCK, actor=actor, note="initial stock")
+    return product

@@ -1,0 +1,54 @@
+"""The lock order, in one place.
+
+Every transaction that locks more than one kind of row takes its locks in this order:
+
+1. order rows (``orders``), by ascending id;
+2. that order's reservations (``inventory_reservations``), by ascending product id;
+3. inventory rows (``inventories``), by ascending product id (``inventory.services``).
+
+Checkout locks only inventory rows (its own new order is invisible to others until COMMIT); payment,
+cancel and the sweeper follow the full order. Because every path climbs the same ladder, no two
+transactions can each hold a lock that the other is waiting for. ``docs/locking.md`` has the proof sketch.
+"""
+
+from orders.models import Order, Reservation
+from skincare.db import require_transaction
+
+
+def lock_order(*, order_id, customer=None):
+    """Lock one order row (waiting for it) and return it, or None when it does not exist or is not
+    ``customer``'s. FOR NO KEY UPDATE: the row is updated, never deleted, so inserts that reference it
+    (payment attempts) are not blocked."""
+    require_transaction()
+    qs = Order.objects.select_for_update(no_key=True).filter(pk=order_id)
+    if customer is not None:
+        qs = qs.filter(customer=customer)
+    return qs.first()
+
+
+def lock_due_orders(*, limit):
+    """Claim up to ``limit`` pending orders whose payment window closed by the database clock. Rows that
+    another transaction holds (a payment, a cancel, another sweeper) are skipped, not waited for."""
+    require_transaction()
+    return list(
+        Order.objects.raw(
+            """
+            SELECT id, payment_expires_at FROM orders
+            WHERE status = 'pending_payment' AND payment_expires_at <= now()
+            ORDER BY id
+            LIMIT %s
+            FOR NO KEY UPDATE SKIP LOCKED
+            """,
+            [limit],
+        )
+    )
+
+
+def lock_active_reservations(*, order_ids):
+    """Lock the active reservations of already-locked orders, by ascending (order, product)."""
+    require_transaction()
+    return list(
+        Reservation.objects.select_for_update(no_key=True)
+        .filter(order_id__in=order_ids, status=Reservation.Status.ACTIVE)
+        .order_by("order_id", "product_id")
+    )

@@ -1,0 +1,57 @@
+import signal
+import threading
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
+
+from orders import selectors, services
+
+
+class Command(BaseCommand):
+    help = (
+        "Expire reservations of orders whose payment window has closed (database clock) and return their units. "
+        "Safe to run as many copies at once as you like: each batch claims its orders with FOR UPDATE SKIP LOCKED."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--batch-size", type=int, default=200, help="orders per transaction (default 200)")
+        parser.add_argument("--loop", action="store_true", help="keep sweeping until SIGTERM/SIGINT")
+        parser.add_argument("--interval", type=float, default=60.0, help="seconds between sweeps with --loop")
+
+    def handle(self, *args, batch_size, loop, interval, **options):
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        if interval < 0:
+            raise CommandError("--interval must not be negative")
+        stop = threading.Event()
+        if loop:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: stop.set())
+        while True:
+            self.sweep(batch_size=batch_size, stop=stop)
+            if not loop or stop.wait(interval):
+                break
+            close_old_connections()
+        if loop:
+            self.stdout.write("expire_reservations: stopped")
+
+    def sweep(self, *, batch_size, stop):
+        """Run batches until nothing is due (or a stop was asked for, after the current batch)."""
+        summary = selectors.overdue_summary()
+        totals = services.SweepBatch()
+        batches = 0
+        while not stop.is_set():
+            batch = services.orders_expire_due(batch_size=batch_size)
+            if not batch.orders:
+                break
+            batches += 1
+            totals.orders += batch.orders
+            totals.reservations += batch.reservations
+            totals.units += batch.units
+            totals.oldest_overdue_seconds = max(totals.oldest_overdue_seconds, batch.oldest_overdue_seconds)
+        self.stdout.write(
+            f"expire_reservations: {totals.orders} orders cancelled (payment_timeout), "
+            f"{totals.reservations} reservations expired, {totals.units} units returned in {batches} batches; "
+            f"due when started: {summary['count']}, oldest overdue {totals.oldest_overdue_seconds:.1f}s"
+        )
+        return totals

@@ -1,0 +1,20 @@
+from django.db.models import Count, Min, Prefetch
+from django.db.models.functions import Now
+
+from orders.models import Order, OrderLine
+
+
+def order_get_for_customer(*, order_id, customer):
+    """The customer's own order with its lines, or None (someone else's order looks exactly like a missing one)."""
+    return (
+        Order.objects.filter(pk=order_id, customer=customer)
+        .prefetch_related(Prefetch("lines", queryset=OrderLine.objects.order_by("product_id")))
+        .first()
+    )
+
+
+def overdue_summary():
+    """How much due work is waiting, by the database clock (for the sweeper's report)."""
+    return Order.objects.filter(status=Order.Status.PENDING_PAYMENT, payment_expires_at__lte=Now()).aggregate(
+        count=Count("pk"), oldest=Min("payment_expires_at")
+    )

@@ -1,0 +1,178 @@
+"""Order state machine: ``pending_payment`` → ``paid`` | ``cancelled``.
+
+Every transition is a conditional update (``WHERE status = 'pending_payment'``) made under the lock order
+defined in ``orders.locks``: order row → its reservations → inventory rows by ascending product id.
+"""
+
+import dataclasses
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models.functions import Now
+
+from inventory import services as inventory_services
+from inventory.exceptions import ProductNotFound
+from inventory.models import Product, StockMovement
+from orders.exceptions import OrderNotFound, OrderNotPending
+from orders.locks import lock_active_reservations, lock_due_orders, lock_order
+from orders.models import Order, OrderLine, Reservation
+from skincare.db import db_now, retry_transient
+from skincare.errors import InvalidInput
+
+
+def merge_quantities(items):
+    """``[(product_id, qty), ...]`` → ``{product_id: total qty}``; a product listed twice is one line."""
+    quantities = {}
+    for product_id, qty in items:
+        quantities[product_id] = quantities.get(product_id, 0) + qty
+    too_many = {pid: qty for pid, qty in quantities.items() if qty > settings.CHECKOUT_MAX_QTY}
+    if too_many:
+        raise InvalidInput(
+            f"At most {settings.CHECKOUT_MAX_QTY} units of one product per order.",
+            fields={"items": [f"product {pid}: {qty} units" for pid, qty in sorted(too_many.items())]},
+        )
+    return quantities
+
+
+@transaction.atomic(savepoint=False)
+def order_open(*, customer, quantities):
+    """Insert a ``pending_payment`` order with its lines and its (not yet backed) reservation rows.
+
+    No row lock is taken here. The deadline comes from the database clock: ``now()`` is the transaction's
+    start time, so the order's ``payment_expires_at`` and every reservation's ``expires_at`` are the same
+    value. The caller must back the reservations with ``order_reserve_stock`` in the same transaction.
+    """
+    rows = list(
+        Product.objects.filter(pk__in=quantities, is_active=True)
+        .annotate(db_now=Now())  # the database clock, read in the same round trip as the prices
+        .values_list("pk", "price", "db_now")
+    )
+    prices = {pk: price for pk, price, _now in rows}
+    missing = sorted(set(quantities) - set(prices))
+    if missing:
+        raise ProductNotFound(product_ids=missing)
+    deadline = rows[0][2] + timedelta(seconds=settings.RESERVATION_TTL_SECONDS)
+    product_ids = sorted(quantities)
+    order = Order.objects.create(
+        customer=customer,
+        status=Order.Status.PENDING_PAYMENT,
+        payment_expires_at=deadline,
+        total=sum(prices[pid] * quantities[pid] for pid in product_ids),
+    )
+    order.lines_cache = OrderLine.objects.bulk_create(
+        [OrderLine(order=order, product_id=pid, qty=quantities[pid], unit_price=prices[pid]) for pid in product_ids]
+    )
+    Reservation.objects.bulk_create(
+        [Reservation(order=order, product_id=pid, qty=quantities[pid], expires_at=deadline) for pid in product_ids]
+    )
+    return order
+
+
+@transaction.atomic(savepoint=False)
+def order_reserve_stock(*, order, quantities):
+    """Back a just-opened order's reservations with stock. Takes the inventory row locks, so a checkout
+    calls it last: the hot row then stays locked only for these UPDATEs and the COMMIT."""
+    inventory_services.stock_reserve(quantities=quantities, order_id=order.pk)
+
+
+@dataclasses.dataclass
+class TransitionResult:
+    orders: int = 0
+    reservations: int = 0
+    units: int = 0
+
+
+def _close_pending(*, order_ids, reservation_status, cancel_reason=None, paid=False):
+    """Move locked pending orders to their end state; their active reservations end with them.
+
+    Caller holds the order locks. Reservations are locked next, then inventory rows (inside
+    ``inventory.services``) by ascending product id.
+    """
+    reservations = lock_active_reservations(order_ids=order_ids)
+    lines = [(r.order_id, r.product_id, r.qty) for r in reservations]
+    if reservations:
+        Reservation.objects.filter(pk__in=[r.pk for r in reservations]).update(
+            status=reservation_status, updated_at=Now()
+        )
+        if paid:
+            inventory_services.stock_consume(lines=lines)
+        else:
+            ledger_reason = (
+                StockMovement.Reason.EXPIRE
+                if reservation_status == Reservation.Status.EXPIRED
+                else StockMovement.Reason.CANCEL
+            )
+            inventory_services.stock_release(lines=lines, reason=ledger_reason)
+    if paid:
+        changes = {"status": Order.Status.PAID}
+    else:
+        changes = {"status": Order.Status.CANCELLED, "cancel_reason": cancel_reason}
+    orders = Order.objects.filter(pk__in=order_ids, status=Order.Status.PENDING_PAYMENT).update(
+        updated_at=Now(), **changes
+    )
+    return TransitionResult(orders=orders, reservations=len(reservations), units=sum(line[2] for line in lines))
+
+
+@retry_transient
+@transaction.atomic
+def order_cancel(*, order_id, customer=None, reason=Order.CancelReason.CUSTOMER_CANCELLED):
+    """Cancel a pending order and return its units. ``customer`` limits the search to that customer's
+    orders (an API caller never learns that someone else's order exists)."""
+    order = lock_order(order_id=order_id, customer=customer)
+    if order is None:
+        raise OrderNotFound(order_id=order_id)
+    if order.status != Order.Status.PENDING_PAYMENT:
+        raise OrderNotPending(order_id=order.pk, status=order.status)
+    _close_pending(order_ids=[order.pk], reservation_status=Reservation.Status.CANCELLED, cancel_reason=reason)
+    order.refresh_from_db()
+    return order
+
+
+@transaction.atomic(savepoint=False)
+def order_mark_paid(*, order):
+    """Pending → paid: reservations consumed, reserved units leave the shop. Caller holds the order lock
+    and has checked, by the database clock, that the payment window is still open."""
+    if order.status != Order.Status.PENDING_PAYMENT:
+        raise OrderNotPending(order_id=order.pk, status=order.status)
+    _close_pending(order_ids=[order.pk], reservation_status=Reservation.Status.CONSUMED, paid=True)
+    order.refresh_from_db()
+    return order
+
+
+@transaction.atomic(savepoint=False)
+def order_expire(*, order):
+    """Pending → cancelled (payment_timeout) for one locked order whose window has closed; the sweeper
+    does the same in batches. Used when a payment arrives after the deadline but before the sweeper."""
+    if order.status != Order.Status.PENDING_PAYMENT:
+        raise OrderNotPending(order_id=order.pk, status=order.status)
+    _close_pending(
+        order_ids=[order.pk],
+        reservation_status=Reservation.Status.EXPIRED,
+        cancel_reason=Order.CancelReason.PAYMENT_TIMEOUT,
+    )
+    order.refresh_from_db()
+    return order
+
+
+@dataclasses.dataclass
+class SweepBatch(TransitionResult):
+    oldest_overdue_seconds: float = 0.0
+
+
+@retry_transient
+@transaction.atomic
+def orders_expire_due(*, batch_size=200):
+    """One sweeper batch: claim due pending orders with SKIP LOCKED, expire their reservations, return the
+    units with one summed update per product (ascending id), cancel the orders (payment_timeout)."""
+    due = lock_due_orders(limit=batch_size)
+    if not due:
+        return SweepBatch()
+    oldest = min(order.payment_expires_at for order in due)
+    overdue = (db_now() - oldest).total_seconds()
+    result = _close_pending(
+        order_ids=[order.pk for order in due],
+        reservation_status=Reservation.Status.EXPIRED,
+        cancel_reason=Order.CancelReason.PAYMENT_TIMEOUT,
+    )
+    return SweepBatch(**dataclasses.asdict(result), oldest_overdue_seconds=overdue)

@@ -1,0 +1,79 @@
+import logging
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from orders.api import order_data
+from payments import services, signing
+from skincare import validation
+from skincare.errors import InvalidInput
+
+logger = logging.getLogger(__name__)
+
+
+class CheckoutApi(APIView):
+    def post(self, request):
+        items = validation.checkout_items(
+            request.data, max_items=settings.CHECKOUT_MAX_ITEMS, max_qty=settings.CHECKOUT_MAX_QTY
+        )
+        order = services.checkout(customer=request.user, items=items)
+        return Response(order_data(request, order, order.lines_cache), status=201)
+
+
+def parse_webhook(data):
+    validation.require_object(data)
+    errors = {}
+    event_id = data.get("event_id")
+    if not isinstance(event_id, str) or not event_id.strip() or len(event_id) > 200:
+        errors["event_id"] = ["A non-empty string of at most 200 characters."]
+    if data.get("type") not in services.EVENT_TYPES:
+        errors["type"] = [f"One of {', '.join(services.EVENT_TYPES)}."]
+    order_id = data.get("order_id")
+    if not validation.is_int(order_id) or order_id <= 0 or order_id > 2**63 - 1:
+        errors["order_id"] = ["A positive integer."]
+    amount = data.get("amount")
+    try:
+        parsed_amount = Decimal(amount) if isinstance(amount, str) else None
+    except InvalidOperation:
+        parsed_amount = None
+    if (
+        parsed_amount is None
+        or not parsed_amount.is_finite()
+        or parsed_amount < 0
+        or parsed_amount.as_tuple().exponent < -2
+    ):
+        errors["amount"] = ['A decimal string such as "123.00".']
+    reference = data.get("provider_reference", "")
+    if not isinstance(reference, str) or len(reference) > 200:
+        errors["provider_reference"] = ["A string of at most 200 characters."]
+    if errors:
+        raise InvalidInput("The webhook body is invalid.", fields=errors)
+    return {
+        "event_id": event_id,
+        "event_type": data["type"],
+        "order_id": order_id,
+        "amount": parsed_amount,
+        "provider_reference": reference,
+    }
+
+
+class PaymentWebhookApi(APIView):
+    """Signed gateway callback. The signature is checked on the raw body before anything is parsed."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    def post(self, request):
+        body = request.body
+        signing.verify(
+            header=request.headers.get("X-Signature"),
+            body=body,
+            secret=settings.PAYMENT_WEBHOOK_SECRET,
+            tolerance_seconds=settings.PAYMENT_WEBHOOK_TOLERANCE_SECONDS,
+        )
+        event = parse_webhook(request.data)
+        outcome = services.payment_event_apply(payload=request.data, **event)
+        return Response({"status": outcome, "event_id": event["event_id"]})

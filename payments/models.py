@@ -1,0 +1,64 @@
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from orders.models import Order
+
+
+class PaymentAttempt(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        # Money arrived for an order that is no longer payable (it expired or was cancelled first).
+        REFUND_REQUIRED = "refund_required", "Refund required"
+        # Money arrived but not the amount the order asks for; the order is left alone for ops to decide.
+        AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="payment_attempts")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    received_amount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    provider_reference = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "payment_attempts"
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["order"], name="payment_attempts_order_idx"),
+            models.Index(
+                fields=["status"],
+                name="payment_attempts_ops_idx",
+                condition=Q(status__in=["refund_required", "amount_mismatch"]),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "succeeded", "failed", "refund_required", "amount_mismatch"]),
+                name="payment_attempts_status_valid",
+            ),
+        ]
+
+    def __str__(self):
+        return f"payment attempt #{self.pk} for order {self.order_id} ({self.status})"
+
+
+class ProcessedEvent(models.Model):
+    """One row per gateway event ever applied; inserted in the same transaction as the event's effect, so an
+    event takes effect exactly once however often it is delivered."""
+
+    event_id = models.TextField(primary_key=True)
+    processed_at = models.DateTimeField(db_default=Now())
+    event_type = models.CharField(max_length=40, blank=True, db_default="")
+    order_id = models.BigIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=40, blank=True, db_default="")
+    payload = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "processed_events"
+        ordering = ["-processed_at"]
+
+    def __str__(self):
+        return f"event {self.event_id} ({self.outcome})"

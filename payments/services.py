@@ -1,0 +1,118 @@
+"""Checkout and payment events: the top of the dependency chain (payments → orders → inventory)."""
+
+import json
+import logging
+from decimal import Decimal
+
+from django.db import connection, transaction
+
+from orders import services as order_services
+from orders.exceptions import OrderNotFound
+from orders.locks import lock_order
+from orders.models import Order
+from payments.models import PaymentAttempt
+from skincare.db import db_now, retry_transient
+
+logger = logging.getLogger(__name__)
+
+EVENT_SUCCEEDED = "payment.succeeded"
+EVENT_FAILED = "payment.failed"
+EVENT_TYPES = (EVENT_SUCCEEDED, EVENT_FAILED)
+
+
+@retry_transient
+@transaction.atomic
+def checkout(*, customer, items):
+    """One short transaction: open a ``pending_payment`` order (order, lines, reservation rows, deadline
+    from the database clock), create its payment attempt, then reserve the stock. The stock UPDATE is the
+    last statement before COMMIT, so the inventory row lock is held for as short a time as possible.
+
+    ``items`` is a sequence of (product_id, qty). Raises ProductNotFound, StockConflict, InvalidInput.
+    """
+    quantities = order_services.merge_quantities(items)
+    order = order_services.order_open(customer=customer, quantities=quantities)
+    PaymentAttempt.objects.create(order=order, amount=order.total)
+    order_services.order_reserve_stock(order=order, quantities=quantities)
+    return order
+
+
+def _record_event(*, event_id, event_type, order_id, payload):
+    """Claim the event id. Returns False when the event was already applied (or is being applied by a
+    concurrent delivery, in which case this waits for it and then sees it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO processed_events (event_id, event_type, order_id, payload)
+            VALUES (%s, %s, %s, %s)
+            ON CONFLICT (event_id) DO NOTHING
+            RETURNING event_id
+            """,
+            [event_id, event_type, order_id, json.dumps(payload)],
+        )
+        return cursor.fetchone() is not None
+
+
+def _set_outcome(*, event_id, outcome):
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE processed_events SET outcome = %s WHERE event_id = %s", [outcome, event_id])
+
+
+@retry_transient
+@transaction.atomic
+def payment_event_apply(*, event_id, event_type, order_id, amount, provider_reference="", payload=None):
+    """Apply one gateway event exactly once. Returns the outcome:
+
+    ``duplicate`` (already applied: nothing changes), ``paid``, ``amount_mismatch`` (recorded, order
+    untouched, for ops), ``refund_required`` (money for an order that is no longer payable: the order stays
+    cancelled, no stock is re-reserved), ``already_paid``, ``failed``.
+
+    Locks: the event id first (only deliveries of the same event contend there, and each takes it before
+    anything else), then the order row, its payment attempts, its reservations, inventory rows by ascending
+    product id. The inventory rows are locked by the last statements of the transaction.
+    """
+    if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
+        return "duplicate"
+    order = lock_order(order_id=order_id)
+    if order is None:
+        raise OrderNotFound(order_id=order_id)
+    attempt = (
+        PaymentAttempt.objects.select_for_update(no_key=True).filter(order=order).order_by("-id").first()
+    ) or PaymentAttempt(order=order, amount=order.total)
+    amount = Decimal(amount)
+
+    transition = None
+    if event_type == EVENT_FAILED:
+        outcome = "failed"
+        if attempt.status == PaymentAttempt.Status.PENDING:
+            attempt.status = PaymentAttempt.Status.FAILED
+    elif order.status == Order.Status.PAID:
+        outcome = "already_paid"
+        if provider_reference != attempt.provider_reference:
+            # A second successful charge for a paid order: keep the money visible for a refund.
+            attempt = PaymentAttempt(order=order, amount=order.total, status=PaymentAttempt.Status.REFUND_REQUIRED)
+            outcome = "refund_required"
+    elif amount != order.total:
+        outcome = "amount_mismatch"
+        attempt.status = PaymentAttempt.Status.AMOUNT_MISMATCH
+    elif order.status == Order.Status.PENDING_PAYMENT and db_now() < order.payment_expires_at:
+        outcome = "paid"
+        attempt.status = PaymentAttempt.Status.SUCCEEDED
+        transition = order_services.order_mark_paid
+    else:
+        # Late: the order expired (maybe the sweeper has not run yet) or was cancelled. Never resurrect it.
+        outcome = "refund_required"
+        attempt.status = PaymentAttempt.Status.REFUND_REQUIRED
+        if order.status == Order.Status.PENDING_PAYMENT:
+            transition = order_services.order_expire
+
+    if event_type == EVENT_SUCCEEDED:
+        attempt.received_amount = amount
+    if provider_reference:
+        attempt.provider_reference = provider_reference
+    attempt.save()
+    _set_outcome(event_id=event_id, outcome=outcome)
+    if transition is not None:
+        transition(order=order)  # takes the reservation and inventory locks: last
+    if outcome in ("amount_mismatch", "refund_required"):
+        logger.warning("payment event %s for order %s needs ops: %s", event_id, order.pk, outcome)
+    return outcome

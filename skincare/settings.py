@@ -1,0 +1,132 @@
+"""Django settings for the skincare flash-sale backend. Everything deployment-specific comes from the environment."""
+
+from pathlib import Path
+
+import environ
+
+from skincare import devdb
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+# The fallback key is for local development and tests only; production must set DJANGO_SECRET_KEY.
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "inventory",
+    "orders",
+    "payments",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "skincare.urls"
+WSGI_APPLICATION = "skincare.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database():
+    url = env("DATABASE_URL", default="") or devdb.url()
+    if not url:
+        raise environ.ImproperlyConfigured(
+            "DATABASE_URL is not set and the embedded PostgreSQL is not running: run `make db` or set DATABASE_URL."
+        )
+    config = env.db_url_config(url)
+    options = config.setdefault("OPTIONS", {})
+    if not config.get("HOST") and "host" in options:  # Unix-socket URLs carry the directory as ?host=
+        config["HOST"] = options.pop("host")
+    # Waiting for a row lock is bounded: a request that cannot get its lock in time fails with
+    # 55P03 and becomes a 503 with Retry-After instead of piling up behind a stuck transaction.
+    lock_timeout = env.int("DB_LOCK_TIMEOUT_MS", default=5000)
+    statement_timeout = env.int("DB_STATEMENT_TIMEOUT_MS", default=30000)
+    options.setdefault("options", f"-c lock_timeout={lock_timeout} -c statement_timeout={statement_timeout}")
+    config["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
+    config["CONN_HEALTH_CHECKS"] = True
+    config.setdefault("TEST", {})["NAME"] = env("DATABASE_TEST_NAME", default=f"test_{config['NAME']}")
+    return config
+
+
+DATABASES = {"default": _database()}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["skincare.api.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "skincare.api.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+# Domain settings
+RESERVATION_TTL_SECONDS = env.int("RESERVATION_TTL_SECONDS", default=1800)
+CHECKOUT_MAX_ITEMS = env.int("CHECKOUT_MAX_ITEMS", default=20)
+CHECKOUT_MAX_QTY = env.int("CHECKOUT_MAX_QTY", default=100)
+# How often a transaction that lost a deadlock or serialization race is retried from the start.
+DB_TRANSIENT_RETRIES = env.int("DB_TRANSIENT_RETRIES", default=3)
+PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
+PAYMENT_WEBHOOK_TOLERANCE_SECONDS = env.int("PAYMENT_WEBHOOK_TOLERANCE_SECONDS", default=300)
+PAYMENT_SANDBOX = env.bool("PAYMENT_SANDBOX", default=False)
+PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}
