@@ -1,0 +1,56 @@
+import os
+from decimal import Decimal
+from itertools import count
+
+import pytest
+
+# Close each connection at the end of a request/thread in tests, so live-server threads do not keep
+# connections open when the test database is dropped.
+os.environ.setdefault("DB_CONN_MAX_AGE", "0")
+
+_skus = count(1)
+
+
+@pytest.fixture
+def make_product(db):
+    from inventory import services
+
+    def make(*, stock=10, price="10.00", is_active=True, name=None):
+        n = next(_skus)
+        return services.product_create(
+            sku=f"TEST-{os.getpid()}-{n}",
+            name=name or f"Test product {n}",
+            price=Decimal(price),
+            initial_stock=stock,
+            is_active=is_active,
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_customer(db):
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    def make(username=None):
+        user = get_user_model().objects.create(username=username or f"customer-{next(_skus)}")
+        user.api_token = Token.objects.create(user=user).key
+        return user
+
+    return make
+
+
+@pytest.fixture
+def customer(make_customer):
+    return make_customer()
+
+
+@pytest.fixture
+def api(customer):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {customer.api_token}")
+    client.customer = customer
+    return client

@@ -1,0 +1,131 @@
+"""Flash-sale races at the service level: real threads, one connection each, released by a barrier."""
+
+import random
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from inventory.exceptions import StockConflict
+from inventory.models import Inventory
+from orders.models import Order, Reservation
+from payments import services
+from skincare.errors import ServiceBusy
+from skincare.testing import assert_invariants, run_concurrently
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def checkout_or_conflict(customer, items):
+    try:
+        return services.checkout(customer=customer, items=items)
+    except StockConflict:
+        return "conflict"
+
+
+def test_stock_one_hundred_buyers_exactly_one_wins(make_product, make_customer):
+    product = make_product(stock=1)
+    buyers = [make_customer() for _ in range(100)]
+
+    outcomes = run_concurrently(100, lambda i: checkout_or_conflict(buyers[i], [(product.pk, 1)]))
+
+    errors = [o.error for o in outcomes if o.error is not None]
+    assert errors == []
+    created = [o.value for o in outcomes if isinstance(o.value, Order)]
+    conflicts = [o.value for o in outcomes if o.value == "conflict"]
+    assert (len(created), len(conflicts)) == (1, 99)
+    inventory = Inventory.objects.get(product=product)
+    assert (inventory.available_stock, inventory.reserved_stock) == (0, 1)
+    assert Reservation.objects.filter(product=product, status="active").count() == 1
+    assert Order.objects.count() == 1  # the losers' orders were rolled back with their transactions
+    assert_invariants()
+
+
+def test_stock_n_random_quantities_never_reserve_more_than_n(make_product, make_customer):
+    stock = 25
+    product = make_product(stock=stock)
+    buyers = [make_customer() for _ in range(60)]
+    rng = random.Random(20261129)
+    quantities = [rng.randint(1, 4) for _ in buyers]
+
+    outcomes = run_concurrently(60, lambda i: checkout_or_conflict(buyers[i], [(product.pk, quantities[i])]))
+
+    assert [o.error for o in outcomes if o.error] == []
+    won = sum(quantities[o.index] for o in outcomes if isinstance(o.value, Order))
+    inventory = Inventory.objects.get(product=product)
+    assert won <= stock
+    assert inventory.reserved_stock == won
+    assert inventory.available_stock == stock - won
+    # Every loser lost for a reason: by the time it ran, fewer units were left than it asked for.
+    smallest_loser = min((quantities[o.index] for o in outcomes if o.value == "conflict"), default=None)
+    if smallest_loser is not None:
+        assert inventory.available_stock < smallest_loser
+    assert_invariants()
+
+
+def test_multi_item_carts_in_every_order_never_deadlock(make_product, make_customer):
+    products = [make_product(stock=40) for _ in range(4)]
+    ids = [p.pk for p in products]
+    buyers = [make_customer() for _ in range(48)]
+    rng = random.Random(7)
+    carts = []
+    for _ in buyers:
+        chosen = rng.sample(ids, rng.randint(2, 4))
+        rng.shuffle(chosen)  # the same products, listed in different orders
+        carts.append([(pid, rng.randint(1, 3)) for pid in chosen])
+
+    def buy(i):
+        try:
+            return checkout_or_conflict(buyers[i], carts[i])
+        except ServiceBusy:
+            return "busy"
+
+    outcomes = run_concurrently(48, buy)
+
+    assert [o.error for o in outcomes if o.error] == []  # no deadlock or database error escaped
+    assert "busy" not in [o.value for o in outcomes]
+    reserved = {pid: 0 for pid in ids}
+    for o in outcomes:
+        if isinstance(o.value, Order):
+            for pid, qty in carts[o.index]:
+                reserved[pid] += qty
+    for product in products:
+        inventory = Inventory.objects.get(product=product)
+        assert inventory.reserved_stock == reserved[product.pk]
+        assert inventory.available_stock + inventory.reserved_stock == 40  # units conserved
+    assert_invariants()
+
+
+def naive_checkout(product_id, qty, read_done):
+    """The bug this project exists to prevent: read, decide in Python, write an absolute value.
+    ``read_done`` (a barrier) makes every buyer read before any buyer writes: the race, made certain."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT available_stock FROM inventories WHERE product_id = %s", [product_id])
+            available = cursor.fetchone()[0]
+            read_done.wait(timeout=60)
+            if available < qty:
+                return "conflict"
+            cursor.execute(
+                "UPDATE inventories SET available_stock = %s, reserved_stock = reserved_stock + %s WHERE product_id = %s",
+                [available - qty, qty, product_id],
+            )
+            return "created"
+
+
+def test_control_naive_read_check_write_oversells(make_product):
+    """The same race against a deliberately naive checkout: the assertions of the real test fail, so the
+    harness can see an oversell when there is one."""
+    product = make_product(stock=1)
+    buyers = 20
+    read_done = threading.Barrier(buyers)
+
+    outcomes = run_concurrently(buyers, lambda i: naive_checkout(product.pk, 1, read_done))
+
+    assert [o.error for o in outcomes if o.error] == []
+    created = sum(1 for o in outcomes if o.value == "created")
+    inventory = Inventory.objects.get(product=product)
+    # Exactly-one-wins is broken: every buyer "got" the single unit.
+    assert created == buyers
+    assert inventory.reserved_stock == buyers
+    assert inventory.available_stock == 0  # the counter hides the oversell; only reserved_stock shows it
