@@ -81,8 +81,10 @@ class Violation:
 def audit_inventory(*, limit_per_check=50):
     """Run every check on one snapshot; returns a list of :class:`Violation` (empty when all is well)."""
     violations = []
+    outermost = not connection.in_atomic_block
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if outermost:  # one snapshot for every check; inside a caller's transaction, use the caller's
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         for name, sql in CHECKS.items():
             cursor.execute(f"{sql} ORDER BY 1 LIMIT %s", [limit_per_check])
             violations.extend(Violation(name, row[0], row[1]) for row in cursor.fetchall())

@@ -84,7 +84,7 @@ def test_multi_item_carts_in_every_order_never_deadlock(make_product, make_custo
 
     assert [o.error for o in outcomes if o.error] == []  # no deadlock or database error escaped
     assert "busy" not in [o.value for o in outcomes]
-    reserved = {pid: 0 for pid in ids}
+    reserved = dict.fromkeys(ids, 0)
     for o in outcomes:
         if isinstance(o.value, Order):
             for pid, qty in carts[o.index]:
@@ -99,18 +99,17 @@ def test_multi_item_carts_in_every_order_never_deadlock(make_product, make_custo
 def naive_checkout(product_id, qty, read_done):
     """The bug this project exists to prevent: read, decide in Python, write an absolute value.
     ``read_done`` (a barrier) makes every buyer read before any buyer writes: the race, made certain."""
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT available_stock FROM inventories WHERE product_id = %s", [product_id])
-            available = cursor.fetchone()[0]
-            read_done.wait(timeout=60)
-            if available < qty:
-                return "conflict"
-            cursor.execute(
-                "UPDATE inventories SET available_stock = %s, reserved_stock = reserved_stock + %s WHERE product_id = %s",
-                [available - qty, qty, product_id],
-            )
-            return "created"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT available_stock FROM inventories WHERE product_id = %s", [product_id])
+        available = cursor.fetchone()[0]
+        read_done.wait(timeout=60)
+        if available < qty:
+            return "conflict"
+        cursor.execute(
+            "UPDATE inventories SET available_stock = %s, reserved_stock = reserved_stock + %s WHERE product_id = %s",
+            [available - qty, qty, product_id],
+        )
+        return "created"
 
 
 def test_control_naive_read_check_write_oversells(make_product):
