@@ -1,7 +1,7 @@
 from django.db.models import Count, Min, Prefetch
-from django.db.models.functions import Now
 
 from orders.models import Order, OrderLine
+from skincare.db import TransactionNow
 
 
 def order_get_for_customer(*, order_id, customer):
@@ -15,6 +15,6 @@ def order_get_for_customer(*, order_id, customer):
 
 def overdue_summary():
     """How much due work is waiting, by the database clock (for the sweeper's report)."""
-    return Order.objects.filter(status=Order.Status.PENDING_PAYMENT, payment_expires_at__lte=Now()).aggregate(
+    return Order.objects.filter(status=Order.Status.PENDING_PAYMENT, payment_expires_at__lte=TransactionNow()).aggregate(
         count=Count("pk"), oldest=Min("payment_expires_at")
     )

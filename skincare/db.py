@@ -6,7 +6,7 @@ import random
 import time
 
 from django.conf import settings
-from django.db import OperationalError, connection, transaction
+from django.db import OperationalError, connection, models, transaction
 
 from skincare.errors import ServiceBusy
 
@@ -67,6 +67,15 @@ def retry_transient(func):
     return wrapper
 
 
+class TransactionNow(models.Func):
+    """PostgreSQL's ``now()``: the start time of the current transaction, by the database's clock.
+    (Django's ``Now()`` compiles to ``STATEMENT_TIMESTAMP()``; expiry decisions here use ``now()``, so every
+    statement of one transaction sees the same instant.)"""
+
+    template = "now()"
+    output_field = models.DateTimeField()
+
+
 def db_now():
     """The database's clock (``now()``: inside a transaction, the transaction's start time)."""
     with connection.cursor() as cursor:
@@ -74,4 +83,4 @@ def db_now():
         return cursor.fetchone()[0]
 
 
-__all__ = ["db_now", "require_transaction", "retry_transient", "sqlstate", "transaction"]
+__all__ = ["TransactionNow", "db_now", "require_transaction", "retry_transient", "sqlstate", "transaction"]
