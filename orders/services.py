@@ -17,7 +17,7 @@ from inventory.models import Product, StockMovement
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.locks import lock_active_reservations, lock_due_orders, lock_order
 from orders.models import Order, OrderLine, Reservation
-from skincare.db import db_now, retry_transient
+from skincare.db import TransactionNow, db_now, retry_transient
 from skincare.errors import InvalidInput
 
 
@@ -45,7 +45,7 @@ def order_open(*, customer, quantities):
     """
     rows = list(
         Product.objects.filter(pk__in=quantities, is_active=True)
-        .annotate(db_now=Now())  # the database clock, read in the same round trip as the prices
+        .annotate(db_now=TransactionNow())  # the database clock, read in the same round trip as the prices
         .values_list("pk", "price", "db_now")
     )
     prices = {pk: price for pk, price, _now in rows}
