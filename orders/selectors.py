@@ -15,6 +15,6 @@ def order_get_for_customer(*, order_id, customer):
 
 def overdue_summary():
     """How much due work is waiting, by the database clock (for the sweeper's report)."""
-    return Order.objects.filter(status=Order.Status.PENDING_PAYMENT, payment_expires_at__lte=TransactionNow()).aggregate(
-        count=Count("pk"), oldest=Min("payment_expires_at")
-    )
+    return Order.objects.filter(
+        status=Order.Status.PENDING_PAYMENT, payment_expires_at__lte=TransactionNow()
+    ).aggregate(count=Count("pk"), oldest=Min("payment_expires_at"))
