@@ -23,11 +23,42 @@ class CheckoutApi(APIView):
         return Response(order_data(request, order, order.lines_cache), status=201)
 
 
+# payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
+MAX_AMOUNT = Decimal("9999999999.99")
+
+
+def _storable(text):
+    """PostgreSQL text and jsonb hold neither U+0000 nor lone surrogates (which cannot be encoded as UTF-8)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _all_storable(data):
+    """Every key and string anywhere in the parsed JSON body is storable (the raw payload is kept as jsonb)."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if not _storable(value):
+                return False
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return True
+
+
 def parse_webhook(data):
     validation.require_object(data)
     errors = {}
     event_id = data.get("event_id")
-    if not isinstance(event_id, str) or not event_id.strip() or len(event_id) > 200:
+    if not isinstance(event_id, str) or not event_id.strip() or len(event_id) > 200 or not _storable(event_id):
         errors["event_id"] = ["A non-empty string of at most 200 characters."]
     if data.get("type") not in services.EVENT_TYPES:
         errors["type"] = [f"One of {', '.join(services.EVENT_TYPES)}."]
@@ -43,12 +74,15 @@ def parse_webhook(data):
         parsed_amount is None
         or not parsed_amount.is_finite()
         or parsed_amount < 0
+        or parsed_amount > MAX_AMOUNT
         or parsed_amount.as_tuple().exponent < -2
     ):
         errors["amount"] = ['A decimal string such as "123.00".']
     reference = data.get("provider_reference", "")
-    if not isinstance(reference, str) or len(reference) > 200:
+    if not isinstance(reference, str) or len(reference) > 200 or not _storable(reference):
         errors["provider_reference"] = ["A string of at most 200 characters."]
+    if not errors and not _all_storable(data):
+        errors["body"] = ["Strings must not contain U+0000 or unpaired surrogates."]
     if errors:
         raise InvalidInput("The webhook body is invalid.", fields=errors)
     return {

@@ -57,6 +57,19 @@ def _set_outcome(*, event_id, outcome):
         cursor.execute("UPDATE processed_events SET outcome = %s WHERE event_id = %s", [outcome, event_id])
 
 
+def _recorded_charge(*, order, provider_reference):
+    """The attempt that already holds the money of this charge, if any. Without a provider reference charges
+    cannot be told apart, except that a paid order's reference-less success is that very payment."""
+    attempts = PaymentAttempt.objects.filter(
+        order=order, provider_reference=provider_reference, received_amount__isnull=False
+    )
+    if not provider_reference:
+        if order.status != Order.Status.PAID:
+            return None
+        attempts = attempts.filter(status=PaymentAttempt.Status.SUCCEEDED)
+    return attempts.order_by("id").first()
+
+
 @retry_transient
 @transaction.atomic
 def payment_event_apply(*, event_id, event_type, order_id, amount, provider_reference="", payload=None):
@@ -64,7 +77,9 @@ def payment_event_apply(*, event_id, event_type, order_id, amount, provider_refe
 
     ``duplicate`` (already applied: nothing changes), ``paid``, ``amount_mismatch`` (recorded, order
     untouched, for ops), ``refund_required`` (money for an order that is no longer payable: the order stays
-    cancelled, no stock is re-reserved), ``already_paid``, ``failed``.
+    cancelled, no stock is re-reserved), ``already_paid``, ``failed``. A charge already on record (same
+    provider reference, reported again under a new event id) changes nothing and reports that attempt's
+    outcome again.
 
     Locks: the event id first (only deliveries of the same event contend there, and each takes it before
     anything else), then the order row, its payment attempts, its reservations, inventory rows by ascending
@@ -75,41 +90,55 @@ def payment_event_apply(*, event_id, event_type, order_id, amount, provider_refe
     order = lock_order(order_id=order_id)
     if order is None:
         raise OrderNotFound(order_id=order_id)
-    attempt = (
-        PaymentAttempt.objects.select_for_update(no_key=True).filter(order=order).order_by("-id").first()
-    ) or PaymentAttempt(order=order, amount=order.total)
+    latest = PaymentAttempt.objects.select_for_update(no_key=True).filter(order=order).order_by("-id").first()
     amount = Decimal(amount)
 
+    def open_attempt():
+        # An attempt that recorded money (succeeded, refund_required, amount_mismatch) is never rewritten:
+        # that charge must stay visible, with its reference, for refunds and reconciliation. Only a pending
+        # or failed attempt is reused; otherwise the event gets an attempt of its own.
+        if latest is not None and latest.status in (PaymentAttempt.Status.PENDING, PaymentAttempt.Status.FAILED):
+            return latest
+        return PaymentAttempt(order=order, amount=order.total)
+
     transition = None
+    attempt = None
+    recorded = _recorded_charge(order=order, provider_reference=provider_reference)
     if event_type == EVENT_FAILED:
         outcome = "failed"
-        if attempt.status == PaymentAttempt.Status.PENDING:
+        if recorded is None:
+            attempt = open_attempt()
             attempt.status = PaymentAttempt.Status.FAILED
+    elif recorded is not None:
+        # This charge was reported before under another event id and its money is already on record.
+        outcome = "already_paid" if recorded.status == PaymentAttempt.Status.SUCCEEDED else recorded.status
     elif order.status == Order.Status.PAID:
-        outcome = "already_paid"
-        if provider_reference != attempt.provider_reference:
-            # A second successful charge for a paid order: keep the money visible for a refund.
-            attempt = PaymentAttempt(order=order, amount=order.total, status=PaymentAttempt.Status.REFUND_REQUIRED)
-            outcome = "refund_required"
+        # A second successful charge for a paid order: keep the money visible for a refund.
+        outcome = "refund_required"
+        attempt = PaymentAttempt(order=order, amount=order.total, status=PaymentAttempt.Status.REFUND_REQUIRED)
     elif amount != order.total:
         outcome = "amount_mismatch"
+        attempt = open_attempt()
         attempt.status = PaymentAttempt.Status.AMOUNT_MISMATCH
     elif order.status == Order.Status.PENDING_PAYMENT and db_now() < order.payment_expires_at:
         outcome = "paid"
+        attempt = open_attempt()
         attempt.status = PaymentAttempt.Status.SUCCEEDED
         transition = order_services.order_mark_paid
     else:
         # Late: the order expired (maybe the sweeper has not run yet) or was cancelled. Never resurrect it.
         outcome = "refund_required"
+        attempt = open_attempt()
         attempt.status = PaymentAttempt.Status.REFUND_REQUIRED
         if order.status == Order.Status.PENDING_PAYMENT:
             transition = order_services.order_expire
 
-    if event_type == EVENT_SUCCEEDED:
-        attempt.received_amount = amount
-    if provider_reference:
-        attempt.provider_reference = provider_reference
-    attempt.save()
+    if attempt is not None:
+        if event_type == EVENT_SUCCEEDED:
+            attempt.received_amount = amount
+        if provider_reference:
+            attempt.provider_reference = provider_reference
+        attempt.save()
     _set_outcome(event_id=event_id, outcome=outcome)
     if transition is not None:
         transition(order=order)  # takes the reservation and inventory locks: last

@@ -18,20 +18,36 @@ class Command(BaseCommand):
         parser.add_argument("--loop", action="store_true", help="keep sweeping until SIGTERM/SIGINT")
         parser.add_argument("--interval", type=float, default=60.0, help="seconds between sweeps with --loop")
 
-    def handle(self, *args, batch_size, loop, interval, **options):
+    # Not a command-line option: lets code that runs the command in-process (tests, an embedding
+    # scheduler) ask a --loop run to stop, exactly as SIGTERM/SIGINT do.
+    stealth_options = ("stop_event",)
+
+    def handle(self, *args, batch_size, loop, interval, stop_event=None, **options):
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         if interval < 0:
             raise CommandError("--interval must not be negative")
-        stop = threading.Event()
-        if loop:
+        stop = stop_event if stop_event is not None else threading.Event()
+        previous_handlers = {}
+        if loop and threading.current_thread() is threading.main_thread():
+            # Signal handlers can only be installed from the main thread. The handler hands the set() to a
+            # thread: a handler runs on the main thread between bytecodes and could interrupt stop.wait()
+            # while it holds the event's internal (non-reentrant) lock; calling stop.set() right there
+            # would deadlock.
+            def request_stop(*_):
+                threading.Thread(target=stop.set, name="expire-reservations-stop", daemon=True).start()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-        while True:
-            self.sweep(batch_size=batch_size, stop=stop)
-            if not loop or stop.wait(interval):
-                break
-            close_old_connections()
+                previous_handlers[sig] = signal.signal(sig, request_stop)
+        try:
+            while True:
+                self.sweep(batch_size=batch_size, stop=stop)
+                if not loop or stop.wait(interval):
+                    break
+                close_old_connections()
+        finally:
+            for sig, handler in previous_handlers.items():
+                signal.signal(sig, handler)
         if loop:
             self.stdout.write("expire_reservations: stopped")
 

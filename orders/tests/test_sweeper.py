@@ -1,0 +1,383 @@
+"""The reservation sweeper (``manage.py expire_reservations``): several copies at once over thousands of due
+orders while customers keep checking out, its report and exit codes, and how a ``--loop`` run stops."""
+
+import io
+import os
+import queue
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from inventory.models import Inventory, StockMovement
+from orders import services as order_services
+from orders.models import Order, Reservation
+from payments import services
+from skincare.errors import ServiceBusy
+from skincare.testing import assert_invariants, run_concurrently
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+REPORT = re.compile(
+    r"expire_reservations: (?P<orders>\d+) orders cancelled \(payment_timeout\), "
+    r"(?P<reservations>\d+) reservations expired, (?P<units>\d+) units returned in (?P<batches>\d+) batches; "
+    r"due when started: (?P<due>\d+), oldest overdue (?P<overdue>[\d.]+)s"
+)
+
+
+def report(text):
+    """Parse every sweep line of the command's output."""
+    found = [
+        {k: float(v) if k == "overdue" else int(v) for k, v in m.groupdict().items()} for m in REPORT.finditer(text)
+    ]
+    assert found, f"no sweep report in {text!r}"
+    return found
+
+
+def due_orders(settings, customer, carts):
+    """Check out each cart with a zero TTL: by the database clock the orders are due the moment they commit."""
+    settings.RESERVATION_TTL_SECONDS = 0
+    try:
+        return [services.checkout(customer=customer, items=cart) for cart in carts]
+    finally:
+        settings.RESERVATION_TTL_SECONDS = 1800
+
+
+def expire_rows_per_reservation():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT r.order_id, r.product_id, r.qty, COUNT(m.id), COALESCE(SUM(m.available_delta), 0),
+                   COALESCE(SUM(m.reserved_delta), 0)
+            FROM inventory_reservations r
+            LEFT JOIN stock_movements m
+                   ON m.order_id = r.order_id AND m.product_id = r.product_id AND m.reason = 'expire'
+            GROUP BY r.id
+            """
+        )
+        return {(order_id, pid): (qty, n, avail, res) for order_id, pid, qty, n, avail, res in cursor.fetchall()}
+
+
+def test_three_sweepers_over_thousands_of_due_orders_with_checkouts_running(make_product, customer, settings):
+    products = [make_product(stock=5000, price="3.00") for _ in range(4)]
+    ids = [p.pk for p in products]
+    rng = random.Random(2026)
+    carts = []
+    for i in range(2000):
+        cart = [(ids[i % 4], 1 + i % 3)]
+        if i % 3 == 0:
+            cart.append((ids[(i + 1) % 4], 2))
+        rng.shuffle(cart)
+        carts.append(cart)
+
+    started = time.perf_counter()
+    due = due_orders(settings, customer, carts)
+    setup_seconds = time.perf_counter() - started
+    print(f"\n2000 single-threaded checkouts took {setup_seconds:.1f}s")
+    due_ids = {o.pk for o in due}
+    reservations = sum(len(cart) for cart in carts)
+    units = sum(qty for cart in carts for _pid, qty in cart)
+    assert Reservation.objects.filter(order_id__in=due_ids, status="active").count() == reservations
+    initial = dict.fromkeys(ids, 5000)
+
+    # Checkouts made during the sweep have the normal TTL (the fixture restored it): the sweep must not touch them.
+    buyers_carts = [
+        [[(pid, rng.randint(1, 3)) for pid in rng.sample(ids, rng.randint(1, 4))] for _ in range(15)] for _ in range(6)
+    ]
+
+    def work(i):
+        if i < 3:
+            out = io.StringIO()
+            call_command("expire_reservations", batch_size=100, stdout=out)
+            return out.getvalue()
+        return [services.checkout(customer=customer, items=cart).pk for cart in buyers_carts[i - 3]]
+
+    outcomes = run_concurrently(9, work, timeout=180)
+
+    assert [o.error for o in outcomes if o.error] == []  # no deadlock, lock timeout or other error
+    sweeps = [report(o.value)[0] for o in outcomes[:3]]
+    assert sum(s["orders"] for s in sweeps) == 2000
+    assert sum(s["reservations"] for s in sweeps) == reservations
+    assert sum(s["units"] for s in sweeps) == units
+    new_ids = {pk for o in outcomes[3:] for pk in o.value}
+    assert len(new_ids) == 90
+
+    # Every due order cancelled for payment_timeout, every reservation expired exactly once in the ledger.
+    assert set(Order.objects.filter(pk__in=due_ids).values_list("status", "cancel_reason").distinct()) == {
+        ("cancelled", "payment_timeout")
+    }
+    assert set(Reservation.objects.filter(order_id__in=due_ids).values_list("status", flat=True)) == {"expired"}
+    assert StockMovement.objects.filter(reason="expire").count() == reservations
+    per_reservation = expire_rows_per_reservation()
+    for (order_id, _pid), (qty, rows, available_delta, reserved_delta) in per_reservation.items():
+        if order_id in due_ids:
+            assert (rows, available_delta, reserved_delta) == (1, qty, -qty)
+        else:
+            assert rows == 0
+    # The checkouts made meanwhile are untouched and hold exactly their units.
+    assert set(Order.objects.filter(pk__in=new_ids).values_list("status", flat=True)) == {"pending_payment"}
+    held = dict.fromkeys(ids, 0)
+    for cart in (cart for carts_ in buyers_carts for cart in carts_):
+        for pid, qty in cart:
+            held[pid] += qty
+    for pid in ids:
+        inventory = Inventory.objects.get(product_id=pid)
+        assert (inventory.available_stock, inventory.reserved_stock) == (initial[pid] - held[pid], held[pid])
+
+    # A second run finds nothing to do.
+    out = io.StringIO()
+    call_command("expire_reservations", stdout=out)
+    assert report(out.getvalue()) == [
+        {"orders": 0, "reservations": 0, "units": 0, "batches": 0, "due": 0, "overdue": 0.0}
+    ]
+    assert_invariants()
+
+
+def test_checkouts_never_deadlock_with_sweepers_on_hot_products(make_product, make_customer, settings):
+    """Small batches, many of them, and buyers hammering the same two rows with carts listed both ways."""
+    hot = [make_product(stock=2000, price="1.00") for _ in range(2)]
+    ids = [p.pk for p in hot]
+    seller = make_customer()
+    due = due_orders(settings, seller, [[(ids[i % 2], 1), (ids[(i + 1) % 2], 1)] for i in range(300)])
+    buyers = [make_customer() for _ in range(12)]
+
+    def work(i):
+        if i < 4:
+            out = io.StringIO()
+            call_command("expire_reservations", batch_size=7, stdout=out)
+            return report(out.getvalue())[0]
+        cart = [(ids[0], 1), (ids[1], 1)] if i % 2 else [(ids[1], 1), (ids[0], 1)]
+        made = []
+        for _ in range(10):
+            try:
+                made.append(services.checkout(customer=buyers[i - 4], items=cart).pk)
+            except ServiceBusy as exc:  # would mean a lock timeout or repeated deadlocks
+                raise AssertionError("checkout reported busy during the sweep") from exc
+        return made
+
+    outcomes = run_concurrently(16, work, timeout=120)
+
+    assert [o.error for o in outcomes if o.error] == []
+    assert sum(o.value["orders"] for o in outcomes[:4]) == len(due)
+    assert sum(len(o.value) for o in outcomes[4:]) == 120
+    for pid in ids:
+        inventory = Inventory.objects.get(product_id=pid)
+        assert (inventory.available_stock, inventory.reserved_stock) == (2000 - 120, 120)
+    assert_invariants()
+
+
+def test_report_counts_batches_and_exit_codes(make_product, customer, settings):
+    a, b = make_product(stock=50), make_product(stock=50)
+    due_orders(
+        settings, customer, [[(a.pk, 1), (b.pk, 2)], [(a.pk, 3)], [(b.pk, 1)], [(a.pk, 2), (b.pk, 2)], [(a.pk, 1)]]
+    )
+    not_due = services.checkout(customer=customer, items=[(a.pk, 4)])
+
+    out = io.StringIO()
+    assert call_command("expire_reservations", "--batch-size", "2", stdout=out) is None
+
+    (sweep,) = report(out.getvalue())
+    assert {k: v for k, v in sweep.items() if k != "overdue"} == {
+        "orders": 5,
+        "reservations": 7,
+        "units": 12,
+        "batches": 3,
+        "due": 5,
+    }
+    assert sweep["overdue"] >= 0
+    assert Order.objects.get(pk=not_due.pk).status == "pending_payment"
+    assert "stopped" not in out.getvalue()  # only a --loop run reports stopping
+
+    for args, message in [
+        (["--batch-size", "0"], "--batch-size must be at least 1"),
+        (["--interval", "-1"], "--interval must not be negative"),
+    ]:
+        with pytest.raises(CommandError, match=message):
+            call_command("expire_reservations", *args)
+    assert_invariants()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The command as a real process: exit codes and SIGTERM
+
+
+def subprocess_env():
+    db = connection.settings_dict
+    auth = quote(db["USER"]) + (f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else "")
+    host = db.get("HOST") or ""
+    if host.startswith("/"):
+        url = f"postgres://{auth}@/{db['NAME']}?host={quote(host)}"
+    else:
+        url = f"postgres://{auth}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+    return {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1", "DB_CONN_MAX_AGE": "0"}
+
+
+def manage(*args):
+    return [sys.executable, str(BASE_DIR / "manage.py"), "expire_reservations", *args]
+
+
+def test_process_exit_codes(make_product, customer, settings):
+    product = make_product(stock=5)
+    due_orders(settings, customer, [[(product.pk, 2)]])
+
+    ok = subprocess.run(  # noqa: S603 - our own interpreter and manage.py
+        manage(), env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+    bad = subprocess.run(  # noqa: S603
+        manage("--batch-size", "0"), env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert ok.returncode == 0, ok.stderr
+    assert report(ok.stdout)[0]["orders"] == 1
+    assert bad.returncode == 1
+    assert "--batch-size must be at least 1" in bad.stderr
+    assert Inventory.objects.get(product=product).available_stock == 5
+    assert_invariants()
+
+
+def test_sigterm_stops_a_loop_run_cleanly(make_product, customer, settings):
+    product = make_product(stock=20)
+    due = due_orders(settings, customer, [[(product.pk, 1)]] * 3)
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
+        manage("--loop", "--interval", "3600", "--batch-size", "2"),
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
+    reader.start()
+    try:
+        first = lines.get(timeout=60)  # the first sweep is done; the process now waits out its interval
+        assert report(first)[0]["orders"] == 3
+        proc.send_signal(signal.SIGTERM)
+        returncode = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    reader.join(timeout=10)
+    rest = []
+    while not lines.empty():
+        rest.append(lines.get())
+
+    assert returncode == 0, proc.stderr.read()
+    assert rest == ["expire_reservations: stopped\n"]
+    assert set(Order.objects.filter(pk__in=[o.pk for o in due]).values_list("status", flat=True)) == {"cancelled"}
+    assert_invariants()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# In-process stop requests (the same event the signal handler sets)
+
+
+class LineWatcher(io.StringIO):
+    """A stdout that sets ``seen`` once a sweep report has been written."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = threading.Event()
+
+    def write(self, text):
+        written = super().write(text)
+        if "orders cancelled" in text:
+            self.seen.set()
+        return written
+
+
+def run_command_in_thread(**options):
+    result = {}
+
+    def target():
+        try:
+            call_command("expire_reservations", **options)
+        except BaseException as exc:
+            result["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target, name="sweeper-loop")
+    thread.start()
+    return thread, result
+
+
+def test_loop_stops_during_its_wait_when_asked(make_product, customer, settings):
+    product = make_product(stock=20)
+    due_orders(settings, customer, [[(product.pk, 1)]] * 2)
+    stop, out = threading.Event(), LineWatcher()
+
+    thread, result = run_command_in_thread(loop=True, interval=3600, stop_event=stop, stdout=out)
+    assert out.seen.wait(timeout=60), "the first sweep never reported"
+    stop.set()
+    thread.join(timeout=30)
+
+    assert not thread.is_alive(), "the loop did not stop"
+    assert result == {}
+    sweeps = report(out.getvalue())
+    assert len(sweeps) == 1
+    assert sweeps[0]["orders"] == 2
+    assert out.getvalue().endswith("expire_reservations: stopped\n")
+    assert_invariants()
+
+
+def test_loop_stop_takes_effect_after_the_current_batch(make_product, customer, settings, monkeypatch):
+    """A stop requested while a batch runs lets that batch commit and starts no other."""
+    product = make_product(stock=20)
+    due = due_orders(settings, customer, [[(product.pk, 1)]] * 6)
+    stop, out = threading.Event(), LineWatcher()
+    real_batch = order_services.orders_expire_due
+    batches = []
+
+    def batch_then_stop(**kwargs):
+        stop.set()  # the request arrives while this batch is running
+        result = real_batch(**kwargs)
+        batches.append(result)
+        return result
+
+    monkeypatch.setattr(order_services, "orders_expire_due", batch_then_stop)
+    thread, result = run_command_in_thread(loop=True, interval=3600, batch_size=2, stop_event=stop, stdout=out)
+    thread.join(timeout=60)
+
+    assert not thread.is_alive(), "the loop did not stop"
+    assert result == {}
+    assert [b.orders for b in batches] == [2]
+    (sweep,) = report(out.getvalue())
+    assert (sweep["orders"], sweep["batches"], sweep["due"]) == (2, 1, 6)
+    assert out.getvalue().endswith("expire_reservations: stopped\n")
+    due_ids = [o.pk for o in due]
+    assert Order.objects.filter(pk__in=due_ids, status="cancelled").count() == 2
+    assert_invariants()  # the batch committed whole
+
+    monkeypatch.undo()
+    again = io.StringIO()
+    call_command("expire_reservations", stdout=again)  # nothing was lost: the rest is swept next time
+    assert report(again.getvalue())[0]["orders"] == 4
+    assert Order.objects.filter(pk__in=due_ids, status="cancelled").count() == 6
+    assert_invariants()
+
+
+def test_loop_on_main_thread_installs_and_restores_signal_handlers(make_product, customer, settings):
+    product = make_product(stock=5)
+    due_orders(settings, customer, [[(product.pk, 1)]])
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    stop = threading.Event()
+    stop.set()  # asked to stop before it starts: no batch runs, the wait returns at once
+    out = io.StringIO()
+
+    call_command("expire_reservations", loop=True, interval=3600, stop_event=stop, stdout=out)
+
+    assert report(out.getvalue())[0]["orders"] == 0
+    assert out.getvalue().endswith("expire_reservations: stopped\n")
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+    assert Order.objects.get().status == "pending_payment"
