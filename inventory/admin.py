@@ -88,7 +88,7 @@ def ledger_table(movements, *, show_product=False, show_order=True):
     )
 
 
-class InventoryInline(admin.StackedInline):
+class InventoryInline(ReadOnlyAdminMixin, admin.StackedInline):
     """The product's counters, shown on the product page and never editable there."""
 
     model = Inventory
@@ -97,15 +97,6 @@ class InventoryInline(admin.StackedInline):
     max_num = 1
     fields = ["available_stock", "reserved_stock", "version", "updated_at", "stock_links"]
     readonly_fields = fields
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def has_view_permission(self, request, obj=None):
         return request.user.has_perm("inventory.view_inventory") or request.user.has_perm("inventory.view_product")

@@ -6,6 +6,16 @@ from django import forms
 MAX_UNITS = 1_000_000
 
 
+def reason_field():
+    return forms.CharField(
+        label="Reason",
+        max_length=500,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="Required. Stored in the stock ledger with your user name.",
+    )
+
+
 class AdjustStockForm(forms.Form):
     """A relative change: ``available_stock = available_stock + delta`` in one F-expression UPDATE. Safe while
     customers check out, because it never writes back a figure read earlier."""
@@ -16,13 +26,7 @@ class AdjustStockForm(forms.Form):
         max_value=MAX_UNITS,
         help_text="Signed, not zero: +12 for a delivery found in the back room, -3 for damaged units.",
     )
-    note = forms.CharField(
-        label="Reason",
-        max_length=500,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text="Required. Stored in the stock ledger with your user name.",
-    )
+    note = reason_field()
 
     def clean_delta(self):
         delta = self.cleaned_data["delta"]
@@ -42,11 +46,5 @@ class SetCountedStockForm(forms.Form):
         max_value=MAX_UNITS,
         help_text="Units free to sell after the count, not including the units reserved by pending orders.",
     )
-    note = forms.CharField(
-        label="Reason",
-        max_length=500,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text="Required. Stored in the stock ledger with your user name.",
-    )
+    note = reason_field()
     version = forms.IntegerField(widget=forms.HiddenInput, min_value=1)
