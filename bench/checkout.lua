@@ -1,0 +1,89 @@
+-- wrk script for bench/run.py. Environment:
+--   BENCH_MODE   hot | spread | multi | soldout | healthz
+--   BENCH_TOKENS file with one customer token per line (Bearer auth)
+--   BENCH_PRODUCT           product id for hot / soldout
+--   BENCH_SPREAD_FIRST, BENCH_SPREAD_COUNT   the spread product ids
+--   BENCH_CART   products per multi-item cart (default 3)
+-- done() prints one line "BENCH_JSON {...}" with counts by status and latency percentiles (microseconds).
+
+local threads = {}
+local next_id = 0
+
+function setup(thread)
+  next_id = next_id + 1
+  thread:set("tid", next_id)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  mode = os.getenv("BENCH_MODE") or "hot"
+  hot = tonumber(os.getenv("BENCH_PRODUCT") or "101")
+  first = tonumber(os.getenv("BENCH_SPREAD_FIRST") or "2001")
+  count = tonumber(os.getenv("BENCH_SPREAD_COUNT") or "1000")
+  cart = tonumber(os.getenv("BENCH_CART") or "3")
+  tokens = {}
+  local path = os.getenv("BENCH_TOKENS")
+  if path then
+    for line in io.lines(path) do
+      if #line > 0 then table.insert(tokens, line) end
+    end
+  end
+  math.randomseed(os.time() * 1000 + tid)
+  n = 0
+  s201, s409, s2xx, s4xx, s5xx, sother = 0, 0, 0, 0, 0, 0
+end
+
+local function item(pid)
+  return string.format('{"product_id":%d,"qty":1}', pid)
+end
+
+function request()
+  n = n + 1
+  if mode == "healthz" then
+    return wrk.format("GET", "/healthz")
+  end
+  local items
+  if mode == "spread" then
+    items = item(first + math.random(0, count - 1))
+  elseif mode == "multi" then
+    local chosen, parts = {}, {}
+    while #parts < cart do
+      local pid = first + math.random(0, count - 1)
+      if not chosen[pid] then
+        chosen[pid] = true
+        table.insert(parts, item(pid))
+      end
+    end
+    items = table.concat(parts, ",")
+  else
+    items = item(hot)
+  end
+  local token = tokens[(n * 7 + tid * 13) % #tokens + 1]
+  return wrk.format("POST", "/v1/checkout",
+    { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token },
+    '{"items":[' .. items .. ']}')
+end
+
+function response(status, headers, body)
+  if status == 201 then s201 = s201 + 1
+  elseif status == 409 then s409 = s409 + 1
+  elseif status >= 200 and status < 300 then s2xx = s2xx + 1
+  elseif status >= 400 and status < 500 then s4xx = s4xx + 1
+  elseif status >= 500 then s5xx = s5xx + 1
+  else sother = sother + 1 end
+end
+
+function done(summary, latency, requests)
+  local c = { s201 = 0, s409 = 0, s2xx = 0, s4xx = 0, s5xx = 0, sother = 0 }
+  for _, thread in ipairs(threads) do
+    for k, _ in pairs(c) do c[k] = c[k] + (thread:get(k) or 0) end
+  end
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_JSON {"requests":%d,"duration_us":%d,"connect_errors":%d,"read_errors":%d,"write_errors":%d,' ..
+    '"timeouts":%d,"status_errors":%d,"s201":%d,"s409":%d,"s2xx":%d,"s4xx":%d,"s5xx":%d,"sother":%d,' ..
+    '"p50_us":%d,"p95_us":%d,"p99_us":%d,"max_us":%d,"mean_us":%d}\n',
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.timeout, e.status,
+    c.s201, c.s409, c.s2xx, c.s4xx, c.s5xx, c.sother,
+    latency:percentile(50), latency:percentile(95), latency:percentile(99), latency.max, latency.mean))
+end

@@ -1,0 +1,206 @@
+"""Shared plumbing for ``bench.loadtest`` and ``bench.run``: databases, manage.py, gunicorn, free ports.
+
+Every process started here gets an explicit ``DATABASE_URL`` and talks to 127.0.0.1 only.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+RESULTS = ROOT / "bench-results"  # git-ignored
+BENCH_SECRET = "bench-webhook-secret-not-for-production"  # noqa: S105 - a load-test secret for a local server
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def server_url(dbname):
+    """URL of ``dbname`` on the embedded server (started if needed); with DATABASE_URL set, the same server."""
+    if os.environ.get("DATABASE_URL"):
+        parts = urlparse(os.environ["DATABASE_URL"])
+        return urlunparse(parts._replace(path="/" + dbname))
+    out = subprocess.run(
+        [PY, "-m", "skincare.devdb", "ensure", "--dbname", "postgres"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return urlunparse(urlparse(out)._replace(path="/" + dbname))
+
+
+def _admin_conninfo(url):
+    parts = urlparse(url)
+    return urlunparse(parts._replace(path="/postgres", scheme="postgresql"))
+
+
+def recreate_database(url):
+    """Drop and create the database that ``url`` names (a throwaway benchmark database), then migrate."""
+    import psycopg
+
+    name = urlparse(url).path.lstrip("/")
+    if not name.startswith(("skincare_bench", "skincare_loadtest", "skincare_naive")):
+        raise SystemExit(f"refusing to drop {name!r}: only skincare_bench*/skincare_loadtest*/skincare_naive*")
+    with psycopg.connect(_admin_conninfo(url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    manage(url, "migrate", "--noinput", "-v0")
+    manage(url, "load_demo_data")
+
+
+def django_env(url, **extra):
+    env = dict(os.environ)
+    env.update({"DATABASE_URL": url, "PAYMENT_WEBHOOK_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING"})
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def manage(url, *args, check=True, quiet=False):
+    proc = subprocess.run(
+        [PY, "manage.py", *args], cwd=ROOT, env=django_env(url), capture_output=True, text=True, check=False
+    )
+    if not quiet:
+        for line in (proc.stdout + proc.stderr).splitlines():
+            if "XDG_RUNTIME_DIR" not in line and "return Path(self.user_runtime_dir)" not in line:
+                print("    " + line, flush=True)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"manage.py {' '.join(args)} failed with exit code {proc.returncode}")
+    return proc
+
+
+def ctl(url, *args):
+    """``python -m bench.djangoctl ...`` (bulk helpers that need Django) in a child process."""
+    proc = subprocess.run(
+        [PY, "-m", "bench.djangoctl", *args], cwd=ROOT, env=django_env(url), capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        print(proc.stdout + proc.stderr, flush=True)
+        raise SystemExit(f"bench.djangoctl {' '.join(args)} failed")
+    return proc.stdout
+
+
+def flash_sale_setup(url, stock):
+    proc = manage(url, "flash_sale_setup", "--stock", str(stock))
+    for token in proc.stdout.split():
+        if token.startswith("max_order_id="):
+            return int(token.split("=", 1)[1])
+    raise SystemExit("flash_sale_setup printed no max_order_id")
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Gunicorn:
+    """One gunicorn master on 127.0.0.1:<free port>; ``stop()`` ends exactly the process it started."""
+
+    def __init__(self, url, *, workers=5, worker_class="sync", threads=1, conn_max_age=60, config=None, extra_env=None):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.config = config or "skincare/gunicorn.conf.py"
+        self.settings = {
+            "WEB_CONCURRENCY": workers,
+            "GUNICORN_WORKER_CLASS": worker_class,
+            "GUNICORN_THREADS": threads,
+            "DB_CONN_MAX_AGE": conn_max_age,
+        }
+        self.env = django_env(
+            url, HOST="127.0.0.1", PORT=self.port, GUNICORN_LOGLEVEL="warning", **self.settings, **(extra_env or {})
+        )
+        self.proc = None
+        self.log_path = RESULTS / f"gunicorn-{self.port}.log"
+
+    def describe(self):
+        s = self.settings
+        kind = s["GUNICORN_WORKER_CLASS"] + (f"x{s['GUNICORN_THREADS']}" if s["GUNICORN_THREADS"] != 1 else "")
+        return f"{s['WEB_CONCURRENCY']} {kind} workers, DB_CONN_MAX_AGE={s['DB_CONN_MAX_AGE']}, config {self.config}"
+
+    def start(self, timeout=30):
+        RESULTS.mkdir(exist_ok=True)
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [str(ROOT / ".venv/bin/gunicorn"), "-c", self.config, "skincare.wsgi:application"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"gunicorn exited early; see {self.log_path}")
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(self.base + "/readyz", timeout=2) as resp,
+            ):
+                if resp.status == 200 and len(self.worker_pids()) >= int(self.settings["WEB_CONCURRENCY"]):
+                    return self
+            time.sleep(0.2)
+        self.stop()
+        raise SystemExit(f"gunicorn did not become ready in {timeout}s; see {self.log_path}")
+
+    def worker_pids(self):
+        import psutil
+
+        try:
+            return [child.pid for child in psutil.Process(self.proc.pid).children()]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_log", None):
+            self._log.close()
+            self._log = None
+
+    def errors_in_log(self):
+        """Tracebacks and ERROR lines the workers logged (a 5xx leaves one)."""
+        try:
+            text = self.log_path.read_text()
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def write_json(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str))
+
+
+def parse_qs_host(url):
+    """The Unix-socket directory (or host) and database name of a postgres URL, for pgbench/psql."""
+    parts = urlparse(url)
+    query = parse_qs(parts.query)
+    host = query.get("host", [parts.hostname or "127.0.0.1"])[0]
+    return {
+        "host": host,
+        "port": str(parts.port or 5432),
+        "user": parts.username or "postgres",
+        "dbname": parts.path.lstrip("/"),
+    }

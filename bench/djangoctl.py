@@ -1,0 +1,119 @@
+"""Bulk helpers for the load tests and the benchmark that need Django (one process, many calls).
+
+    python -m bench.djangoctl tokens COUNT PREFIX OUT.json     # issue_token for COUNT customers
+    python -m bench.djangoctl seed-spread FIRST COUNT STOCK      # COUNT products FIRST.. through product_create
+    python -m bench.djangoctl seed-product ID STOCK              # one product (e.g. a sold-out SKU, STOCK 0)
+    python -m bench.djangoctl flash-sale-check --product 101 --since-order-id N --stock S [--client-created C]
+
+Every stock change goes through ``inventory.services`` so the ledger stays consistent.
+"""
+
+import argparse
+import io
+import json
+import os
+import sys
+from decimal import Decimal
+
+
+def _setup():
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import django
+
+    django.setup()
+
+
+def tokens(count, prefix, out):
+    from django.core.management import call_command
+
+    issued = []
+    for i in range(count):
+        buf = io.StringIO()
+        call_command("issue_token", f"{prefix}-{i:05d}", stdout=buf)
+        issued.append(buf.getvalue().strip())
+    with open(out, "w") as fh:
+        json.dump(issued, fh)
+    print(f"{len(issued)} tokens written to {out}")
+
+
+def seed_product(product_id, stock, name=None):
+    from inventory import services
+    from inventory.models import Product
+
+    if Product.objects.filter(pk=product_id).exists():
+        return False
+    services.product_create(
+        product_id=product_id,
+        sku=f"BENCH-{product_id}",
+        name=name or f"Bench product {product_id}",
+        price=Decimal("50000.00") + product_id,
+        initial_stock=stock,
+    )
+    return True
+
+
+def seed_spread(first, count, stock):
+    created = sum(seed_product(pid, stock) for pid in range(first, first + count))
+    print(f"{created} products created ({count - created} already there), ids {first}..{first + count - 1}")
+
+
+def flash_sale_check(product, since_order_id, stock, client_created):
+    """Units held (reserved or sold) for ``product`` by orders opened since the setup must not exceed the stock."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT COUNT(DISTINCT o.id), COALESCE(SUM(l.qty), 0)
+            FROM orders o JOIN order_lines l ON l.order_id = o.id
+            WHERE l.product_id = %s AND o.id > %s AND o.status <> 'cancelled'
+            """,
+            [product, since_order_id],
+        )
+        orders, units = cursor.fetchone()
+    ok = units <= stock and (client_created is None or client_created <= stock)
+    print(
+        f"{'ok  ' if ok else 'FAIL'} orders created for product {product} since the setup: {orders} orders, "
+        f"{units} units; 201 responses seen by the clients: {client_created}; flash-sale stock {stock}"
+    )
+    return ok
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench.djangoctl")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("tokens")
+    p.add_argument("count", type=int)
+    p.add_argument("prefix")
+    p.add_argument("out")
+    p = sub.add_parser("seed-spread")
+    p.add_argument("first", type=int)
+    p.add_argument("count", type=int)
+    p.add_argument("stock", type=int)
+    p = sub.add_parser("seed-product")
+    p.add_argument("id", type=int)
+    p.add_argument("stock", type=int)
+    p.add_argument("--name")
+    p = sub.add_parser("flash-sale-check")
+    p.add_argument("--product", type=int, default=101)
+    p.add_argument("--since-order-id", type=int, required=True)
+    p.add_argument("--stock", type=int, required=True)
+    p.add_argument("--client-created", type=int)
+    args = parser.parse_args(argv)
+    _setup()
+    if args.cmd == "tokens":
+        tokens(args.count, args.prefix, args.out)
+    elif args.cmd == "seed-spread":
+        seed_spread(args.first, args.count, args.stock)
+    elif args.cmd == "seed-product":
+        print("created" if seed_product(args.id, args.stock, args.name) else "already there")
+    else:
+        return 0 if flash_sale_check(args.product, args.since_order_id, args.stock, args.client_created) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

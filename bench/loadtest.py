@@ -1,0 +1,208 @@
+"""``make loadtest``: Locust swarm checks against a gunicorn stack on 127.0.0.1.
+
+Profiles (each ends with the invariant checks in locustfile.py: audit_inventory and "no oversell"):
+
+1. flash-100    flash_sale_setup --stock 1, then 100 FlashSaleBuyers each send ONE checkout of product 101,
+                released together. Must end with exactly 1 created, 99 conflicts, no 5xx, audit clean.
+2. mixed        Shoppers (browse, buy 102-108, pay by signed webhook, cancel) and WebhookReplayers for a bounded
+                time (default 30 s). No failure, every replay a duplicate, audit clean.
+3. ticket-1000  the seed's ticket case: 1000 buyers, one unit, exactly one sale.
+
+``--naive`` (or BENCH_NAIVE=1) serves the same stack with bench/naive_gunicorn.conf.py, which swaps the stock
+reservation for a read-check-write (TEST ONLY): the run must then FAIL with an oversell. It uses its own
+throwaway database (skincare_naive) so the corrupted counters never reach another run.
+
+Each run uses a fresh database (skincare_loadtest, or skincare_naive) on the embedded PostgreSQL, or on the
+server DATABASE_URL points at. ``--host URL`` targets an already running stack instead (then DATABASE_URL must
+name that stack's database, and the profiles run against its data).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from bench.common import BENCH_SECRET, RESULTS, ROOT, Gunicorn, ctl, flash_sale_setup, log, recreate_database
+from bench.common import server_url as db_url
+
+LOCUST = str(ROOT / ".venv/bin/locust")
+
+
+def run_locust(
+    *, name, base, url, secret, users, classes, run_time, tokens_file, burst=0, stock=1, since_order_id=None
+):
+    summary_path = RESULTS / f"loadtest-{name}.json"
+    summary_path.unlink(missing_ok=True)
+    env = dict(os.environ)
+    env.update(
+        {
+            "DATABASE_URL": url,
+            "PAYMENT_WEBHOOK_SECRET": secret,
+            "LOADTEST_TOKENS_FILE": str(tokens_file),
+            "FLASH_SALE_STOCK": str(stock),
+            "FLASH_SALE_BURST": str(burst),
+            "LOADTEST_SUMMARY": str(summary_path),
+        }
+    )
+    if since_order_id is not None:
+        env["FLASH_SALE_SINCE_ORDER_ID"] = str(since_order_id)
+    cmd = [
+        LOCUST,
+        "-f",
+        "locustfile.py",
+        "--headless",
+        "--only-summary",
+        "-H",
+        base,
+        "-u",
+        str(users),
+        "-r",
+        str(users),
+        "--run-time",
+        run_time,
+        "--stop-timeout",
+        "10",
+        "--loglevel",
+        "WARNING",
+        *classes,
+    ]
+    log(f"profile {name}: {users} users {' '.join(classes)}, up to {run_time}")
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - started
+    out = "\n".join(
+        line
+        for line in (proc.stdout + proc.stderr).splitlines()
+        if "XDG_RUNTIME_DIR" not in line and "user_runtime_dir" not in line
+    )
+    (RESULTS / f"loadtest-{name}.log").write_text(out)
+    print(out, flush=True)
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"violations": ["no summary written"]}
+    summary.update({"name": name, "exit_code": proc.returncode, "seconds": round(elapsed, 1)})
+    return summary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench.loadtest")
+    parser.add_argument("--naive", action="store_true", help="TEST ONLY: serve with the read-check-write reservation")
+    parser.add_argument("--host", help="an already running stack (http://127.0.0.1:PORT) instead of starting one")
+    parser.add_argument("--mixed-seconds", type=int, default=30)
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "5")))
+    args = parser.parse_args(argv)
+    naive = args.naive or os.environ.get("BENCH_NAIVE") == "1"
+    RESULTS.mkdir(exist_ok=True)
+
+    if args.host:
+        if not args.host.startswith(("http://127.0.0.1", "http://localhost")):
+            raise SystemExit("--host must be on 127.0.0.1/localhost")
+        url = os.environ.get("DATABASE_URL") or db_url("skincare")
+    else:
+        url = db_url("skincare_naive" if naive else "skincare_loadtest")
+        log(f"fresh database {url.split('?')[0]}")
+        recreate_database(url)
+    tokens_file = RESULTS / "loadtest-tokens.json"
+    log("issuing 1000 customer tokens (manage.py issue_token, one per buyer)")
+    ctl(url, "tokens", "1000", "loadtest-buyer", str(tokens_file))
+
+    server = None
+    if not args.host:
+        config = "bench/naive_gunicorn.conf.py" if naive else None
+        server = Gunicorn(url, workers=args.workers, config=config).start()
+        log(f"gunicorn on {server.base}: {server.describe()}")
+    base = args.host or server.base
+    # Our own server runs with the bench secret; a running `make run` stack with the Makefile's demo secret.
+    secret = (
+        BENCH_SECRET if server else os.environ.get("PAYMENT_WEBHOOK_SECRET", "demo-webhook-secret-not-for-production")
+    )
+    results = []
+    try:
+        since = flash_sale_setup(url, 1)
+        r = run_locust(
+            name="flash-100",
+            base=base,
+            url=url,
+            secret=secret,
+            users=100,
+            classes=["FlashSaleBuyer"],
+            run_time="120s",
+            tokens_file=tokens_file,
+            burst=100,
+            since_order_id=since,
+        )
+        r["expect"] = "exactly 1 created, 99 conflicts"
+        if r.get("created") != 1:
+            r.setdefault("violations", []).append(f"expected exactly 1 sale, got {r.get('created')}")
+        results.append(r)
+        if not naive:
+            since = flash_sale_setup(url, 1)
+            r = run_locust(
+                name="mixed",
+                base=base,
+                url=url,
+                secret=secret,
+                users=40,
+                classes=["Shopper", "WebhookReplayer"],
+                run_time=f"{args.mixed_seconds}s",
+                tokens_file=tokens_file,
+                since_order_id=since,
+            )
+            r["expect"] = "no failure, replays are duplicates"
+            results.append(r)
+        since = flash_sale_setup(url, 1)
+        r = run_locust(
+            name="ticket-1000",
+            base=base,
+            url=url,
+            secret=secret,
+            users=1000,
+            classes=["FlashSaleBuyer"],
+            run_time="180s",
+            tokens_file=tokens_file,
+            burst=1000,
+            since_order_id=since,
+        )
+        r["expect"] = "exactly 1 created, 999 conflicts"
+        if r.get("created") != 1:
+            r.setdefault("violations", []).append(f"expected exactly 1 sale, got {r.get('created')}")
+        results.append(r)
+    finally:
+        if server:
+            logged = server.errors_in_log()
+            server.stop()
+            log("gunicorn stopped")
+            if logged:
+                print(f"gunicorn logged {len(logged)} errors, e.g. {logged[0]}")
+
+    print(
+        "\n=== make loadtest summary" + (" (NAIVE read-check-write reservation, TEST ONLY)" if naive else "") + " ==="
+    )
+    print(f"{'profile':<12} {'requests':>8} {'201':>5} {'409':>5} {'5xx':>4} {'fail':>4} {'p50':>6} {'p99':>6}  result")
+    failed = False
+    for r in results:
+        bad = r.get("violations") or r["exit_code"] != 0
+        failed |= bool(bad)
+        created = (
+            r.get("created") if r["name"] != "mixed" else r.get("counts", {}).get("checkout 102-108", {}).get("201")
+        )
+        conflicts = (
+            r.get("conflicts")
+            if r["name"] != "mixed"
+            else r.get("counts", {}).get("checkout 102-108", {}).get("409", 0)
+        )
+        print(
+            f"{r['name']:<12} {r.get('requests', 0):>8} {created or 0:>5} {conflicts or 0:>5} {r.get('server_errors', 0):>4} "
+            f"{r.get('failures', 0):>4} {r.get('p50_ms') or 0:>6.0f} {r.get('p99_ms') or 0:>6.0f}  "
+            f"{'FAIL: ' + '; '.join(r.get('violations') or ['locust exit code ' + str(r['exit_code'])]) if bad else 'ok (' + r['expect'] + ')'}"
+        )
+    (RESULTS / ("loadtest-naive.json" if naive else "loadtest.json")).write_text(json.dumps(results, indent=2))
+    if failed:
+        print("make loadtest: FAILED" + (" (as it must with the naive reservation)" if naive else ""))
+        return 1
+    print("make loadtest: all profiles passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""Locust swarm checks for the flash-sale checkout (``make loadtest`` drives it; see docs/benchmarks.md).
+
+User classes:
+
+* ``FlashSaleBuyer`` - each user sends exactly ONE checkout for product 101. With ``FLASH_SALE_BURST=N`` the
+  first N users wait for each other and fire together (a gevent barrier), and the run quits once all N have
+  their answer. 201 and 409 ``stock_conflict`` are both expected; they are counted separately.
+* ``Shopper`` - browses, checks out random products 102-108, pays through a signed webhook (or cancels, or
+  abandons the order), and reads the order back.
+* ``WebhookReplayer`` - re-delivers events that were already applied; each must answer 200 ``duplicate``.
+
+Any 5xx or other unexpected status is a failure. When Locust quits, the invariants are checked:
+``manage.py audit_inventory`` and "units held by orders for product 101 since the flash-sale setup <= the
+flash-sale stock"; any violation or any failure sets the exit code to 1.
+
+Environment (all optional):
+  LOADTEST_TOKENS_FILE       JSON list of customer tokens, one per user (from ``issue_token``; bench/loadtest.py
+                             writes it). Without it every user shares LOADTEST_TOKEN (default: the demo token).
+  PAYMENT_WEBHOOK_SECRET     the server's webhook secret (default: the Makefile's demo secret).
+  FLASH_SALE_STOCK           the flash-sale stock (default 1).
+  FLASH_SALE_SINCE_ORDER_ID  highest order id right after ``flash_sale_setup``; when unset, this file runs
+                             ``manage.py flash_sale_setup --stock FLASH_SALE_STOCK`` itself at test start.
+  FLASH_SALE_BURST           number of FlashSaleBuyers released together, then quit (0: no barrier, no quit).
+  LOADTEST_SUMMARY           path of a JSON file to write the counters and check results to.
+  DATABASE_URL               the database the server uses (for the checks; default: the embedded dev database).
+"""
+
+import collections
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import gevent
+from gevent.event import Event
+from locust import FastHttpUser, between, constant, events, task
+from locust.exception import StopUser
+from locust.runners import WorkerRunner
+
+from payments.signing import sign
+
+ROOT = Path(__file__).resolve().parent
+FLASH_PRODUCT = 101
+SHOP_PRODUCTS = list(range(102, 109))
+SECRET = os.environ.get("PAYMENT_WEBHOOK_SECRET") or "demo-webhook-secret-not-for-production"
+FLASH_SALE_STOCK = int(os.environ.get("FLASH_SALE_STOCK", "1"))
+BURST = int(os.environ.get("FLASH_SALE_BURST", "0"))
+
+
+def _load_tokens():
+    path = os.environ.get("LOADTEST_TOKENS_FILE")
+    if path:
+        tokens = json.loads(Path(path).read_text())
+        if tokens:
+            return tokens, False
+    return [os.environ.get("LOADTEST_TOKEN", "test-customer-token")], True
+
+
+TOKENS, SHARED_TOKEN = _load_tokens()
+_token_lock = threading.Lock()
+_token_index = 0
+
+
+def next_token():
+    global _token_index
+    with _token_lock:
+        token = TOKENS[_token_index % len(TOKENS)]
+        _token_index += 1
+    return token
+
+
+# Custom counters: {"checkout 101": {201: n, 409: n, ...}, "webhook": {...}, ...}; merged from workers if distributed.
+COUNTS = collections.defaultdict(collections.Counter)
+SENT_EVENTS = collections.deque(maxlen=2000)  # (raw body, original signature header, signed at)
+STATE = {"since_order_id": os.environ.get("FLASH_SALE_SINCE_ORDER_ID"), "setup_output": ""}
+
+_burst_ready = Event()
+_burst_joined = 0
+_burst_done = 0
+
+
+def count(key, code):
+    COUNTS[key][str(code)] += 1
+
+
+def expect(resp, key, ok_statuses):
+    """Count the status under ``key``; mark the request a success only for ``ok_statuses``."""
+    count(key, resp.status_code)
+    if resp.status_code in ok_statuses:
+        resp.success()
+        return True
+    body = (resp.text or "")[:200] if resp.status_code else str(resp.error)
+    resp.failure(f"unexpected {resp.status_code}: {body}")
+    return False
+
+
+class CustomerUser(FastHttpUser):
+    abstract = True
+
+    def on_start(self):
+        self.token = next_token()
+        self.auth = {"Authorization": f"Bearer {self.token}"}
+
+    def checkout(self, items, *, key, name):
+        with self.client.post(
+            "/v1/checkout", json={"items": items}, headers=self.auth, name=name, catch_response=True
+        ) as resp:
+            ok = expect(resp, key, (201, 409))
+            if ok and resp.status_code == 409 and (resp.json() or {}).get("code") != "stock_conflict":
+                resp.failure(f"409 without code stock_conflict: {resp.text[:200]}")
+                return None
+            return resp.json() if ok and resp.status_code == 201 else None
+
+
+class FlashSaleBuyer(CustomerUser):
+    """One checkout of product 101 per user, all released together when FLASH_SALE_BURST is set."""
+
+    wait_time = constant(0)
+    weight = 1
+
+    @task
+    def buy_once(self):
+        global _burst_joined, _burst_done
+        if BURST:
+            _burst_joined += 1
+            if _burst_joined >= BURST:
+                _burst_ready.set()
+            _burst_ready.wait(timeout=120)
+        self.checkout(
+            [{"product_id": FLASH_PRODUCT, "qty": 1}], key=f"checkout {FLASH_PRODUCT}", name="POST /v1/checkout [101]"
+        )
+        _burst_done += 1
+        if BURST and _burst_done == BURST:
+            gevent.spawn_later(0.1, self.environment.runner.quit)
+        raise StopUser()
+
+
+class Shopper(CustomerUser):
+    wait_time = between(0.2, 1.0)
+    weight = 4
+
+    @task(3)
+    def browse(self):
+        with self.client.get("/v1/products", name="GET /v1/products", catch_response=True) as resp:
+            expect(resp, "browse", (200,))
+        product = random.choice(SHOP_PRODUCTS)
+        with self.client.get(f"/v1/products/{product}", name="GET /v1/products/{id}", catch_response=True) as resp:
+            expect(resp, "browse", (200,))
+
+    @task(2)
+    def buy(self):
+        chosen = random.sample(SHOP_PRODUCTS, random.randint(1, 2))
+        items = [{"product_id": pid, "qty": random.randint(1, 2)} for pid in chosen]
+        order = self.checkout(items, key="checkout 102-108", name="POST /v1/checkout [102-108]")
+        if order is None:
+            return
+        order_id = order["order_id"]
+        with self.client.get(
+            f"/v1/orders/{order_id}", headers=self.auth, name="GET /v1/orders/{id}", catch_response=True
+        ) as resp:
+            expect(resp, "order read", (200,))
+        roll = random.random()
+        if roll < 0.7:
+            self.pay(order_id, order["total"])
+        elif roll < 0.9:
+            with self.client.post(
+                f"/v1/orders/{order_id}/cancel",
+                headers=self.auth,
+                name="POST /v1/orders/{id}/cancel",
+                catch_response=True,
+            ) as resp:
+                if expect(resp, "cancel", (200,)) and resp.json().get("status") != "cancelled":
+                    resp.failure(f"cancel answered {resp.text[:200]}")
+        # else: abandoned; the reservation waits for the sweeper
+
+    def pay(self, order_id, total):
+        event = {
+            "event_id": f"evt_{uuid.uuid4().hex}",
+            "type": "payment.succeeded",
+            "order_id": order_id,
+            "amount": total,
+            "provider_reference": f"ch_{uuid.uuid4().hex[:16]}",
+        }
+        body = json.dumps(event).encode()
+        header = sign(body=body, secret=SECRET)
+        with self.client.post(
+            "/v1/payments/webhook",
+            data=body,
+            headers={"Content-Type": "application/json", "X-Signature": header},
+            name="POST /v1/payments/webhook",
+            catch_response=True,
+        ) as resp:
+            if expect(resp, "webhook", (200,)):
+                outcome = resp.json().get("status")
+                count("webhook outcome", outcome)
+                if outcome != "paid":
+                    resp.failure(f"a fresh payment for a pending order answered {outcome!r}")
+                else:
+                    SENT_EVENTS.append((body, header, time.time()))
+
+
+class WebhookReplayer(FastHttpUser):
+    """Gateways deliver at least once: re-send applied events, verbatim or re-signed; each must be a no-op."""
+
+    wait_time = between(0.2, 0.6)
+    weight = 1
+
+    @task
+    def replay(self):
+        if not SENT_EVENTS:
+            return
+        body, header, signed_at = random.choice(SENT_EVENTS)
+        if random.random() < 0.5 or time.time() - signed_at > 200:
+            header = sign(body=body, secret=SECRET)  # a retry signed afresh
+        with self.client.post(
+            "/v1/payments/webhook",
+            data=body,
+            headers={"Content-Type": "application/json", "X-Signature": header},
+            name="POST /v1/payments/webhook [replay]",
+            catch_response=True,
+        ) as resp:
+            if expect(resp, "webhook replay", (200,)) and resp.json().get("status") != "duplicate":
+                resp.failure(f"a replayed event was applied again: {resp.text[:200]}")
+
+
+# --- distributed runs: workers send their counters to the master ------------------------------------------
+
+
+@events.report_to_master.add_listener
+def _report_counts(client_id, data, **_kwargs):
+    data["checkout_counts"] = {key: dict(counter) for key, counter in COUNTS.items()}
+    COUNTS.clear()
+
+
+@events.worker_report.add_listener
+def _merge_counts(client_id, data, **_kwargs):
+    for key, counter in data.get("checkout_counts", {}).items():
+        COUNTS[key].update(counter)
+
+
+# --- setup and invariant checks (master or local runner only) ---------------------------------------------
+
+
+def _run(args):
+    env = dict(os.environ)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)  # noqa: S603 - our own manage.py
+
+
+def _clean(text):
+    return "\n".join(
+        line for line in text.splitlines() if "XDG_RUNTIME_DIR" not in line and "user_runtime_dir" not in line
+    )
+
+
+@events.test_start.add_listener
+def _flash_sale_setup(environment, **_kwargs):
+    if isinstance(environment.runner, WorkerRunner) or STATE["since_order_id"] is not None:
+        return
+    proc = _run([sys.executable, "manage.py", "flash_sale_setup", "--stock", str(FLASH_SALE_STOCK)])
+    print(_clean(proc.stdout + proc.stderr), flush=True)
+    for word in proc.stdout.split():
+        if word.startswith("max_order_id="):
+            STATE["since_order_id"] = word.split("=", 1)[1]
+    if proc.returncode != 0 or STATE["since_order_id"] is None:
+        print("flash_sale_setup failed: the run cannot be checked", flush=True)
+        environment.process_exit_code = 1
+        if environment.runner:
+            gevent.spawn_later(0, environment.runner.quit)
+
+
+@events.quitting.add_listener
+def _check_invariants(environment, **_kwargs):
+    if isinstance(environment.runner, WorkerRunner):
+        return
+    violations = []
+    total = environment.stats.total
+    print("\n=== swarm checks ===", flush=True)
+    print(f"customer tokens: {len(TOKENS)}" + (" (ONE shared token for every user)" if SHARED_TOKEN else ""))
+    for key in sorted(COUNTS):
+        statuses = ", ".join(f"{status}: {n}" for status, n in sorted(COUNTS[key].items()))
+        print(f"  {key:<22} {statuses}")
+    flash = COUNTS.get(f"checkout {FLASH_PRODUCT}", collections.Counter())
+    created, conflicts = flash.get("201", 0), flash.get("409", 0)
+    print(f"flash sale (product {FLASH_PRODUCT}, stock {FLASH_SALE_STOCK}): created={created} conflict={conflicts}")
+    server_errors = sum(n for counter in COUNTS.values() for status, n in counter.items() if status.startswith("5"))
+    if total.num_failures:
+        violations.append(f"{total.num_failures} failed requests (5xx: {server_errors})")
+    if created > FLASH_SALE_STOCK:
+        violations.append(
+            f"OVERSELL: {created} checkouts of product {FLASH_PRODUCT} succeeded for stock {FLASH_SALE_STOCK}"
+        )
+    if BURST and created + conflicts != BURST:
+        violations.append(f"{BURST} flash-sale buyers but only {created + conflicts} got a 201 or a 409")
+    audit = _run([sys.executable, "manage.py", "audit_inventory"])
+    print(_clean(audit.stdout + audit.stderr), flush=True)
+    if audit.returncode != 0:
+        violations.append("audit_inventory found violations")
+    if STATE["since_order_id"] is not None:
+        check = _run(
+            [
+                sys.executable,
+                "-m",
+                "bench.djangoctl",
+                "flash-sale-check",
+                "--product",
+                str(FLASH_PRODUCT),
+                "--since-order-id",
+                str(STATE["since_order_id"]),
+                "--stock",
+                str(FLASH_SALE_STOCK),
+                "--client-created",
+                str(created),
+            ]
+        )
+        print(_clean(check.stdout + check.stderr), flush=True)
+        if check.returncode != 0:
+            violations.append(f"more units of product {FLASH_PRODUCT} held by orders than the flash-sale stock")
+    else:
+        violations.append("no flash-sale setup marker: the oversell check could not run")
+    for violation in violations:
+        print(f"VIOLATION: {violation}", flush=True)
+    print("swarm checks: " + ("FAILED" if violations else "all passed"), flush=True)
+    summary_path = os.environ.get("LOADTEST_SUMMARY")
+    if summary_path:
+        Path(summary_path).write_text(
+            json.dumps(
+                {
+                    "counts": {key: dict(counter) for key, counter in COUNTS.items()},
+                    "created": created,
+                    "conflicts": conflicts,
+                    "requests": total.num_requests,
+                    "failures": total.num_failures,
+                    "server_errors": server_errors,
+                    "p50_ms": total.get_response_time_percentile(0.5),
+                    "p95_ms": total.get_response_time_percentile(0.95),
+                    "p99_ms": total.get_response_time_percentile(0.99),
+                    "rps": total.total_rps,
+                    "violations": violations,
+                },
+                indent=2,
+            )
+        )
+    if violations:
+        environment.process_exit_code = 1
+    elif environment.process_exit_code is None:
+        environment.process_exit_code = 0
