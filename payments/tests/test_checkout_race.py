@@ -128,3 +128,32 @@ def test_control_naive_read_check_write_oversells(make_product):
     assert created == buyers
     assert inventory.reserved_stock == buyers
     assert inventory.available_stock == 0  # the counter hides the oversell; only reserved_stock shows it
+
+
+def test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read(
+    make_product, make_customer, monkeypatch
+):
+    """checkout refuses visibly sold-out products early with an unlocked read. That read is only a shortcut:
+    here every buyer passes it (all see the last unit) before any of them reserves, so the guarded UPDATE is
+    the only thing left between them and an oversell."""
+    from inventory import services as inventory_services
+
+    product = make_product(stock=1)
+    buyers = [make_customer() for _ in range(20)]
+    all_read = threading.Barrier(20)
+    real_reserve = inventory_services.stock_reserve
+
+    def reserve_after_everyone_read(**kwargs):
+        all_read.wait(timeout=60)
+        return real_reserve(**kwargs)
+
+    monkeypatch.setattr(inventory_services, "stock_reserve", reserve_after_everyone_read)
+
+    outcomes = run_concurrently(20, lambda i: checkout_or_conflict(buyers[i], [(product.pk, 1)]))
+
+    assert [o.error for o in outcomes if o.error] == []
+    assert sum(isinstance(o.value, Order) for o in outcomes) == 1
+    assert sum(o.value == "conflict" for o in outcomes) == 19
+    inventory = Inventory.objects.get(product=product)
+    assert (inventory.available_stock, inventory.reserved_stock) == (0, 1)
+    assert_invariants()
