@@ -158,6 +158,17 @@ def _close_pending(*, order_ids, reservation_status, cancel_reason=None, paid=Fa
     return TransitionResult(orders=orders, reservations=len(reservations), units=sum(line[2] for line in lines))
 
 
+def _close_one(*, order, reservation_status, cancel_reason=None, paid=False):
+    """One locked order out of ``pending_payment``. The in-memory order is updated from what was written
+    rather than re-read: a re-read would be one more round trip while the inventory rows are locked."""
+    if order.status != Order.Status.PENDING_PAYMENT:
+        raise OrderNotPending(order_id=order.pk, status=order.status)
+    _close_pending(order_ids=[order.pk], reservation_status=reservation_status, cancel_reason=cancel_reason, paid=paid)
+    order.status = Order.Status.PAID if paid else Order.Status.CANCELLED
+    order.cancel_reason = None if paid else cancel_reason
+    return order
+
+
 @retry_transient
 @transaction.atomic
 def order_cancel(*, order_id, customer=None, reason=Order.CancelReason.CUSTOMER_CANCELLED):
@@ -166,37 +177,23 @@ def order_cancel(*, order_id, customer=None, reason=Order.CancelReason.CUSTOMER_
     order = lock_order(order_id=order_id, customer=customer)
     if order is None:
         raise OrderNotFound(order_id=order_id)
-    if order.status != Order.Status.PENDING_PAYMENT:
-        raise OrderNotPending(order_id=order.pk, status=order.status)
-    _close_pending(order_ids=[order.pk], reservation_status=Reservation.Status.CANCELLED, cancel_reason=reason)
-    order.refresh_from_db()
-    return order
+    return _close_one(order=order, reservation_status=Reservation.Status.CANCELLED, cancel_reason=reason)
 
 
 @transaction.atomic(savepoint=False)
 def order_mark_paid(*, order):
     """Pending → paid: reservations consumed, reserved units leave the shop. Caller holds the order lock
     and has checked, by the database clock, that the payment window is still open."""
-    if order.status != Order.Status.PENDING_PAYMENT:
-        raise OrderNotPending(order_id=order.pk, status=order.status)
-    _close_pending(order_ids=[order.pk], reservation_status=Reservation.Status.CONSUMED, paid=True)
-    order.refresh_from_db()
-    return order
+    return _close_one(order=order, reservation_status=Reservation.Status.CONSUMED, paid=True)
 
 
 @transaction.atomic(savepoint=False)
 def order_expire(*, order):
     """Pending → cancelled (payment_timeout) for one locked order whose window has closed; the sweeper
     does the same in batches. Used when a payment arrives after the deadline but before the sweeper."""
-    if order.status != Order.Status.PENDING_PAYMENT:
-        raise OrderNotPending(order_id=order.pk, status=order.status)
-    _close_pending(
-        order_ids=[order.pk],
-        reservation_status=Reservation.Status.EXPIRED,
-        cancel_reason=Order.CancelReason.PAYMENT_TIMEOUT,
+    return _close_one(
+        order=order, reservation_status=Reservation.Status.EXPIRED, cancel_reason=Order.CancelReason.PAYMENT_TIMEOUT
     )
-    order.refresh_from_db()
-    return order
 
 
 @dataclasses.dataclass

