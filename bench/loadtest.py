@@ -118,23 +118,27 @@ def main(argv=None):
     )
     results = []
     try:
-        since = flash_sale_setup(url, 1)
-        r = run_locust(
-            name="flash-100",
-            base=base,
-            url=url,
-            secret=secret,
-            users=100,
-            classes=["FlashSaleBuyer"],
-            run_time="120s",
-            tokens_file=tokens_file,
-            burst=100,
-            since_order_id=since,
-        )
-        r["expect"] = "exactly 1 created, 99 conflicts"
-        if r.get("created") != 1:
-            r.setdefault("violations", []).append(f"expected exactly 1 sale, got {r.get('created')}")
-        results.append(r)
+
+        def flash_sale(name, users, run_time):
+            """``users`` buyers released together for one unit: exactly one sale, the rest 409."""
+            result = run_locust(
+                name=name,
+                base=base,
+                url=url,
+                secret=secret,
+                users=users,
+                classes=["FlashSaleBuyer"],
+                run_time=run_time,
+                tokens_file=tokens_file,
+                burst=users,
+                since_order_id=flash_sale_setup(url, 1),
+            )
+            result["expect"] = f"exactly 1 created, {users - 1} conflicts"
+            if result.get("created") != 1:
+                result.setdefault("violations", []).append(f"expected exactly 1 sale, got {result.get('created')}")
+            return result
+
+        results.append(flash_sale("flash-100", 100, "120s"))
         if not naive:
             since = flash_sale_setup(url, 1)
             r = run_locust(
@@ -150,23 +154,7 @@ def main(argv=None):
             )
             r["expect"] = "no failure, replays are duplicates"
             results.append(r)
-        since = flash_sale_setup(url, 1)
-        r = run_locust(
-            name="ticket-1000",
-            base=base,
-            url=url,
-            secret=secret,
-            users=1000,
-            classes=["FlashSaleBuyer"],
-            run_time="180s",
-            tokens_file=tokens_file,
-            burst=1000,
-            since_order_id=since,
-        )
-        r["expect"] = "exactly 1 created, 999 conflicts"
-        if r.get("created") != 1:
-            r.setdefault("violations", []).append(f"expected exactly 1 sale, got {r.get('created')}")
-        results.append(r)
+        results.append(flash_sale("ticket-1000", 1000, "180s"))
     finally:
         if server:
             logged = server.errors_in_log()
