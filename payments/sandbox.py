@@ -48,6 +48,10 @@ def sandbox_page(request, order_id):
         event_type = {"pay": services.EVENT_SUCCEEDED, "fail": services.EVENT_FAILED}.get(action)
         if event_type is None:
             return render(request, "payments/sandbox.html", {"order": order, "error": "Unknown action."}, status=400)
+        if not settings.PAYMENT_WEBHOOK_SECRET:
+            # The webhook would refuse an unsigned event; say so here instead of failing silently in a log.
+            error = "PAYMENT_WEBHOOK_SECRET is not set, so the sandbox cannot sign a webhook. Nothing was sent."
+            return render(request, "payments/sandbox.html", {"order": order, "error": error}, status=409)
         body = json.dumps(
             {
                 "event_id": f"sandbox-{uuid.uuid4()}",

@@ -149,3 +149,19 @@ def test_fail_button_records_a_failed_attempt_and_keeps_the_order(order, sandbox
     assert PaymentAttempt.objects.get(order=order).status == "failed"
     assert ProcessedEvent.objects.get().outcome == "failed"
     assert_invariants()
+
+
+@pytest.mark.django_db
+def test_sandbox_without_a_webhook_secret_says_so_and_sends_nothing(client, settings, make_product, customer):
+    settings.PAYMENT_SANDBOX = True
+    settings.PAYMENT_WEBHOOK_SECRET = ""
+    product = make_product(stock=3)
+    order = services.checkout(customer=customer, items=[(product.pk, 1)])
+
+    response = client.post(f"/v1/payments/sandbox/{order.pk}", {"action": "pay"})
+
+    assert response.status_code == 409
+    assert "PAYMENT_WEBHOOK_SECRET is not set" in response.content.decode()
+    order.refresh_from_db()
+    assert order.status == "pending_payment"
+    assert not order.payment_attempts.exclude(status="pending").exists()
