@@ -37,3 +37,16 @@ def ensure_ops_groups():
     viewers, _ = Group.objects.get_or_create(name=OPS_VIEWERS)
     viewers.permissions.set(_permissions(_VIEW))
     return {"stock_managers": managers, "ops_viewers": viewers}
+
+
+def ops_groups_post_migrate(sender, using="default", **kwargs):
+    """Keep both groups in step with the code after every ``migrate``. post_migrate fires once per app, and the
+    permissions of later apps do not exist yet at the earlier calls; those calls leave the groups alone."""
+    needed = {(app_label, codename) for app_label, codename in _MANAGE}
+    existing = set(
+        Permission.objects.using(using)
+        .filter(content_type__app_label__in={app for app, _ in needed}, codename__in={c for _, c in needed})
+        .values_list("content_type__app_label", "codename")
+    )
+    if needed <= existing:
+        ensure_ops_groups()

@@ -513,3 +513,13 @@ def test_stock_and_orders_cannot_be_added_or_deleted_in_the_admin(superuser_clie
     if model is not Product:  # products are added through product_create (see the test above)
         assert model_admin.has_add_permission(request) is False
         assert superuser_client.get(reverse(f"admin:{opts.app_label}_{opts.model_name}_add")).status_code == 403
+
+
+def test_migrate_creates_both_ops_groups_with_their_permissions(db):
+    from django.contrib.auth.models import Group
+
+    managers = Group.objects.get(name="Stock managers")
+    viewers = Group.objects.get(name="Ops viewers")
+    assert managers.permissions.filter(codename="adjust_stock").exists()
+    assert not viewers.permissions.filter(codename="adjust_stock").exists()
+    assert viewers.permissions.filter(codename="view_inventory").exists()
