@@ -381,3 +381,45 @@ def test_loop_on_main_thread_installs_and_restores_signal_handlers(make_product,
     assert out.getvalue().endswith("expire_reservations: stopped\n")
     assert {sig: signal.getsignal(sig) for sig in before} == before
     assert Order.objects.get().status == "pending_payment"
+
+
+def naive_sweep(all_read):
+    """TEST ONLY: the sweeper without its protections. It reads the due reservations with a plain SELECT (no
+    SKIP LOCKED claim of the orders, no ``WHERE status = 'active'`` on the write) and then expires them by id,
+    clamping reserved_stock at zero like the seed's sweeper SQL. ``all_read`` lines every copy up after the read,
+    so each one acts on the same snapshot."""
+    from django.db import transaction
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, product_id, qty FROM inventory_reservations "
+            "WHERE status = 'active' AND expires_at <= now() ORDER BY product_id, id"
+        )
+        due = cursor.fetchall()
+        all_read.wait(timeout=60)
+        for reservation_id, product_id, qty in due:
+            cursor.execute("UPDATE inventory_reservations SET status = 'expired' WHERE id = %s", [reservation_id])
+            cursor.execute(
+                "UPDATE inventories SET available_stock = available_stock + %s, "
+                "reserved_stock = GREATEST(reserved_stock - %s, 0) WHERE product_id = %s",
+                [qty, qty, product_id],
+            )
+        return len(due)
+
+
+def test_control_naive_sweepers_return_the_same_units_several_times(settings, make_product, customer):
+    """Three copies of a sweeper without the claim and the conditional update, on the same due orders: every
+    copy returns every unit. The real sweepers, raced the same way above, return each unit exactly once."""
+    from orders.audit import audit_inventory
+
+    product = make_product(stock=10)
+    due_orders(settings, customer, [[(product.pk, 2)] for _ in range(3)])  # 6 reserved, 4 available
+    all_read = threading.Barrier(3)
+
+    outcomes = run_concurrently(3, lambda i: naive_sweep(all_read))
+
+    assert [o.error for o in outcomes if o.error] == []
+    assert [o.value for o in outcomes] == [3, 3, 3]  # each copy expired all three reservations
+    inventory = Inventory.objects.get(product=product)
+    assert (inventory.available_stock, inventory.reserved_stock) == (4 + 3 * 6, 0)  # 12 units out of nothing
+    assert {v.check for v in audit_inventory()} >= {"counters_vs_ledger"}

@@ -63,7 +63,7 @@ def test_stock_n_random_quantities_never_reserve_more_than_n(make_product, make_
     assert_invariants()
 
 
-def test_multi_item_carts_in_every_order_never_deadlock(make_product, make_customer):
+def test_multi_item_carts_in_every_order_never_deadlock(make_product, make_customer, caplog):
     products = [make_product(stock=40) for _ in range(4)]
     ids = [p.pk for p in products]
     buyers = [make_customer() for _ in range(48)]
@@ -93,6 +93,8 @@ def test_multi_item_carts_in_every_order_never_deadlock(make_product, make_custo
         inventory = Inventory.objects.get(product=product)
         assert inventory.reserved_stock == reserved[product.pk]
         assert inventory.available_stock + inventory.reserved_stock == 40  # units conserved
+    # Not even a deadlock that retry_transient would have retried quietly: the lock order prevents them.
+    assert [r.getMessage() for r in caplog.records if r.name == "skincare.db"] == []
     assert_invariants()
 
 
@@ -157,3 +159,28 @@ def test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_re
     inventory = Inventory.objects.get(product=product)
     assert (inventory.available_stock, inventory.reserved_stock) == (0, 1)
     assert_invariants()
+
+
+def lock_rows_in_cart_order(product_ids, both_hold_their_first_row):
+    """TEST ONLY: lock inventory rows in the order the cart lists them, the mistake the ascending-id lock
+    order exists to prevent."""
+    with transaction.atomic():
+        for position, product_id in enumerate(product_ids):
+            list(Inventory.objects.select_for_update(no_key=True).filter(product_id=product_id))
+            if position == 0:
+                both_hold_their_first_row.wait(timeout=60)
+
+
+def test_control_locking_in_cart_order_deadlocks(make_product):
+    """Two carts with the same products listed in opposite orders, each holding its first row: PostgreSQL
+    must kill one of them (40P01). ``stock_reserve`` locks in ascending product id, which is why the storm
+    test above sees no deadlock at all."""
+    from skincare.db import sqlstate
+
+    a, b = make_product(stock=5), make_product(stock=5)
+    carts = [[a.pk, b.pk], [b.pk, a.pk]]
+    both_hold_their_first_row = threading.Barrier(2)
+
+    outcomes = run_concurrently(2, lambda i: lock_rows_in_cart_order(carts[i], both_hold_their_first_row))
+
+    assert [sqlstate(o.error) for o in outcomes if o.error] == ["40P01"]
