@@ -97,6 +97,9 @@ def _move_reserved(*, lines, reason, available_sign):
     totals = {}
     for _order_id, product_id, qty in lines:
         totals[product_id] = totals.get(product_id, 0) + qty
+    # Ledger first, counters last (as in stock_reserve): the inventory row locks are then held only for the
+    # guarded updates and the COMMIT. A failed guard raises and rolls the ledger rows back with everything else.
+    _ledger_lines(lines=lines, reason=reason, available_sign=available_sign)
     for product_id in sorted(totals):
         qty = totals[product_id]
         changes = {"reserved_stock": F("reserved_stock") - qty}
@@ -104,7 +107,6 @@ def _move_reserved(*, lines, reason, available_sign):
             changes["available_stock"] = F("available_stock") + qty
         if not _guarded_update(product_id=product_id, guard={"reserved_stock__gte": qty}, **changes):
             raise InventoryCorrupted(product_ids=[product_id])
-    _ledger_lines(lines=lines, reason=reason, available_sign=available_sign)
 
 
 def _ledger_lines(*, lines, reason, available_sign):

@@ -135,10 +135,18 @@ def _close_pending(*, order_ids, reservation_status, cancel_reason=None, paid=Fa
     """
     reservations = lock_active_reservations(order_ids=order_ids)
     lines = [(r.order_id, r.product_id, r.qty) for r in reservations]
+    if paid:
+        changes = {"status": Order.Status.PAID}
+    else:
+        changes = {"status": Order.Status.CANCELLED, "cancel_reason": cancel_reason}
+    orders = Order.objects.filter(pk__in=order_ids, status=Order.Status.PENDING_PAYMENT).update(
+        updated_at=Now(), **changes
+    )
     if reservations:
         Reservation.objects.filter(pk__in=[r.pk for r in reservations]).update(
             status=reservation_status, updated_at=Now()
         )
+        # Inventory rows last: they are the contended ones, locked only for these updates and the COMMIT.
         if paid:
             inventory_services.stock_consume(lines=lines)
         else:
@@ -148,13 +156,6 @@ def _close_pending(*, order_ids, reservation_status, cancel_reason=None, paid=Fa
                 else StockMovement.Reason.CANCEL
             )
             inventory_services.stock_release(lines=lines, reason=ledger_reason)
-    if paid:
-        changes = {"status": Order.Status.PAID}
-    else:
-        changes = {"status": Order.Status.CANCELLED, "cancel_reason": cancel_reason}
-    orders = Order.objects.filter(pk__in=order_ids, status=Order.Status.PENDING_PAYMENT).update(
-        updated_at=Now(), **changes
-    )
     return TransitionResult(orders=orders, reservations=len(reservations), units=sum(line[2] for line in lines))
 
 
