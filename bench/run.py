@@ -197,6 +197,21 @@ class Sampler:
 # --- runs --------------------------------------------------------------------------------------------------
 
 
+def wait_sampling(proc, workers):
+    """Sample the workers' and the load generator's resources until ``proc`` (the load generator) exits."""
+    import psutil
+
+    loadgen = psutil.Process(proc.pid)
+    sampler = Sampler(workers, proc.pid).start()
+    last_cpu = 0.0
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = loadgen.cpu_times()
+            last_cpu = t.user + t.system
+        time.sleep(0.2)
+    return sampler.finish(loadgen_cpu=last_cpu)
+
+
 def wait_for_quiet(max_wait):
     """Wait (at most ``max_wait`` s) until the machine is nearly idle: other jobs skew a 2-core benchmark."""
     import psutil
@@ -219,17 +234,7 @@ def run_wrk(base, mode, *, duration, connections, tokens_file, workers):
     )
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "10s", "-s", "bench/checkout.lua", base]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    import psutil
-
-    wrk = psutil.Process(proc.pid)
-    sampler = Sampler(workers, proc.pid).start()
-    last_cpu = 0.0
-    while proc.poll() is None:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            t = wrk.cpu_times()
-            last_cpu = t.user + t.system
-        time.sleep(0.2)
-    resources = sampler.finish(loadgen_cpu=last_cpu)
+    resources = wait_sampling(proc, workers)
     out = proc.stdout.read()
     match = re.search(r"BENCH_JSON (\{.*\})", out)
     if proc.returncode != 0 or not match:
@@ -272,17 +277,7 @@ def run_pgbench(url, name, *, duration, connections, customer_id):
         "-f", str(script), "-l", "--log-prefix", str(logdir / "tx"), conn["dbname"],
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    import psutil
-
-    pg = psutil.Process(proc.pid)
-    sampler = Sampler((), proc.pid).start()
-    last_cpu = 0.0
-    while proc.poll() is None:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            t = pg.cpu_times()
-            last_cpu = t.user + t.system
-        time.sleep(0.2)
-    resources = sampler.finish(loadgen_cpu=last_cpu)
+    resources = wait_sampling(proc, ())
     out = proc.stdout.read()
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
     if proc.returncode != 0 or not tps:
