@@ -584,7 +584,8 @@ def run_suite(url, tokens_file, customer_id, *, args, names, gunicorn_kwargs, ta
 
 
 MATRIX = [
-    ("sync, 5 workers (default: 2 x cores + 1)", {"workers": 5}),
+    ("sync, 5 workers (gunicorn's usual 2 x cores + 1)", {"workers": 5}),
+    ("sync, 2 workers (= cores)", {"workers": 2}),
     ("sync, 3 workers", {"workers": 3}),
     ("sync, 8 workers", {"workers": 8}),
     ("sync, 16 workers", {"workers": 16}),
@@ -598,7 +599,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.run")
     parser.add_argument("--duration", type=int, default=15, help="seconds per scenario (default 15)")
     parser.add_argument("--connections", type=int, default=100)
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "5")))
+    # One sync worker per core: PostgreSQL and the load generator share these cores, and the matrix measured
+    # fewer context switches beating gunicorn's usual 2 x cores + 1 (see docs/benchmarks.md).
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 2)))
     parser.add_argument("--worker-class", default=os.environ.get("GUNICORN_WORKER_CLASS", "sync"))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", "1")))
     parser.add_argument("--conn-max-age", type=int, default=int(os.environ.get("DB_CONN_MAX_AGE", "60")))
