@@ -140,6 +140,17 @@ class FlashSaleBuyer(CustomerUser):
         raise StopUser()
 
 
+def post_webhook(client, body, header, name):
+    """A signed webhook delivery; use as a context manager (``catch_response``) to judge the answer."""
+    return client.post(
+        "/v1/payments/webhook",
+        data=body,
+        headers={"Content-Type": "application/json", "X-Signature": header},
+        name=name,
+        catch_response=True,
+    )
+
+
 class Shopper(CustomerUser):
     wait_time = between(0.2, 1.0)
     weight = 4
@@ -188,13 +199,7 @@ class Shopper(CustomerUser):
         }
         body = json.dumps(event).encode()
         header = sign(body=body, secret=SECRET)
-        with self.client.post(
-            "/v1/payments/webhook",
-            data=body,
-            headers={"Content-Type": "application/json", "X-Signature": header},
-            name="POST /v1/payments/webhook",
-            catch_response=True,
-        ) as resp:
+        with post_webhook(self.client, body, header, "POST /v1/payments/webhook") as resp:
             if expect(resp, "webhook", (200,)):
                 outcome = resp.json().get("status")
                 count("webhook outcome", outcome)
@@ -217,13 +222,7 @@ class WebhookReplayer(FastHttpUser):
         body, header, signed_at = random.choice(SENT_EVENTS)
         if random.random() < 0.5 or time.time() - signed_at > 200:
             header = sign(body=body, secret=SECRET)  # a retry signed afresh
-        with self.client.post(
-            "/v1/payments/webhook",
-            data=body,
-            headers={"Content-Type": "application/json", "X-Signature": header},
-            name="POST /v1/payments/webhook [replay]",
-            catch_response=True,
-        ) as resp:
+        with post_webhook(self.client, body, header, "POST /v1/payments/webhook [replay]") as resp:
             if expect(resp, "webhook replay", (200,)) and resp.json().get("status") != "duplicate":
                 resp.failure(f"a replayed event was applied again: {resp.text[:200]}")
 

@@ -11,6 +11,8 @@ them is one of two forms that call ``inventory.services``:
 Both need the ``inventory.adjust_stock`` permission (group "Stock managers"); anyone else gets 403.
 """
 
+import functools
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
@@ -261,6 +263,9 @@ class InventoryAdmin(admin.ModelAdmin):
     def adjust_view(self, request, product_id):
         if not can_adjust_stock(request):
             raise PermissionDenied
+        render = functools.partial(
+            self._render, request, template="admin/inventory/inventory/adjust_stock.html", title="Adjust stock"
+        )
         inventory = self._inventory_or_404(product_id)
         form = AdjustStockForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
@@ -276,14 +281,7 @@ class InventoryAdmin(admin.ModelAdmin):
                     f"Refused: {inventory.available_stock} units are available, so a change of {delta:+d} would push "
                     "available stock below zero. Nothing was changed.",
                 )
-                return self._render(
-                    request,
-                    template="admin/inventory/inventory/adjust_stock.html",
-                    title="Adjust stock",
-                    inventory=inventory,
-                    form=form,
-                    status=409,
-                )
+                return render(inventory=inventory, form=form, status=409)
             except ProductNotFound:
                 raise Http404(f"No inventory for product {product_id}.") from None
             messages.success(
@@ -292,36 +290,21 @@ class InventoryAdmin(admin.ModelAdmin):
                 f"{inventory.reserved_stock} reserved.",
             )
             return redirect("admin:inventory_inventory_change", inventory.pk)
-        return self._render(
-            request,
-            template="admin/inventory/inventory/adjust_stock.html",
-            title="Adjust stock",
-            inventory=inventory,
-            form=form,
-        )
+        return render(inventory=inventory, form=form)
 
     def set_counted_view(self, request, product_id):
         if not can_adjust_stock(request):
             raise PermissionDenied
+        render = functools.partial(
+            self._render, request, template="admin/inventory/inventory/set_counted.html", title="Set counted stock"
+        )
         inventory = self._inventory_or_404(product_id)
         if request.method != "POST":
             form = SetCountedStockForm(initial={"version": inventory.version})
-            return self._render(
-                request,
-                template="admin/inventory/inventory/set_counted.html",
-                title="Set counted stock",
-                inventory=inventory,
-                form=form,
-            )
+            return render(inventory=inventory, form=form)
         form = SetCountedStockForm(request.POST)
         if not form.is_valid():
-            return self._render(
-                request,
-                template="admin/inventory/inventory/set_counted.html",
-                title="Set counted stock",
-                inventory=inventory,
-                form=form,
-            )
+            return render(inventory=inventory, form=form)
         counted, version = form.cleaned_data["counted"], form.cleaned_data["version"]
         try:
             before = inventory.available_stock
@@ -342,14 +325,7 @@ class InventoryAdmin(admin.ModelAdmin):
             )
             # A fresh form with the current version: the count has to be typed again against current figures.
             fresh = SetCountedStockForm(initial={"version": inventory.version, "note": form.cleaned_data["note"]})
-            return self._render(
-                request,
-                template="admin/inventory/inventory/set_counted.html",
-                title="Set counted stock",
-                inventory=inventory,
-                form=fresh,
-                status=409,
-            )
+            return render(inventory=inventory, form=fresh, status=409)
         except ProductNotFound:
             raise Http404(f"No inventory for product {product_id}.") from None
         if counted == before and inventory.version == version:

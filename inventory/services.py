@@ -148,6 +148,8 @@ def stock_adjust(*, product_id, delta, note, actor=None, reason=Reason.ADJUSTMEN
         raise ValueError("a stock adjustment needs a reason note")
     if delta == 0:
         raise ValueError("a stock adjustment needs a non-zero delta")
+    # Ledger row first, the counter last (as everywhere in this module); a refused update rolls the row back.
+    _ledger(deltas=[(product_id, delta, 0)], reason=reason, actor=actor, note=note.strip())
     updated = _guarded_update(
         product_id=product_id,
         guard={"available_stock__gte": -delta} if delta < 0 else {},
@@ -157,7 +159,6 @@ def stock_adjust(*, product_id, delta, note, actor=None, reason=Reason.ADJUSTMEN
         if not Inventory.objects.filter(product_id=product_id).exists():
             raise ProductNotFound(product_ids=[product_id])
         raise StockWouldGoNegative(product_id=product_id, delta=delta)
-    _ledger(deltas=[(product_id, delta, 0)], reason=reason, actor=actor, note=note.strip())
     return Inventory.objects.get(product_id=product_id)
 
 
@@ -178,8 +179,8 @@ def stock_set_counted(*, product_id, counted, expected_version, note, actor=None
     delta = counted - inventory.available_stock
     if delta == 0:
         return inventory
-    _guarded_update(product_id=product_id, guard={"version": expected_version}, available_stock=counted)
     _ledger(deltas=[(product_id, delta, 0)], reason=Reason.COUNT, actor=actor, note=note.strip())
+    _guarded_update(product_id=product_id, guard={"version": expected_version}, available_stock=counted)
     inventory.refresh_from_db()
     return inventory
 

@@ -9,7 +9,7 @@ threads race on must be committed.
 import threading
 from dataclasses import dataclass
 
-from django.db import connections
+from django.db import connection, connections
 
 from orders.audit import audit_inventory
 
@@ -56,3 +56,13 @@ def assert_invariants():
     order's status agrees with its reservations (see ``orders.audit``)."""
     violations = audit_inventory()
     assert not violations, "inventory invariants violated:\n" + "\n".join(map(str, violations))
+
+
+def make_overdue(order):
+    """Test setup only: close an order's payment window by the database clock (order and reservations)."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE orders SET payment_expires_at = now() - interval '1 second' WHERE id = %s", [order.pk])
+        cursor.execute(
+            "UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = %s",
+            [order.pk],
+        )

@@ -1,7 +1,6 @@
 """Customer cancel: ``POST /v1/orders/{id}/cancel`` and its race with the sweeper."""
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
 from inventory.models import Inventory, StockMovement
@@ -10,7 +9,7 @@ from orders.exceptions import OrderNotPending
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt
-from skincare.testing import assert_invariants, run_concurrently
+from skincare.testing import assert_invariants, make_overdue, run_concurrently
 
 
 def cancel_url(order_id):
@@ -27,16 +26,6 @@ def state():
         "ledger": StockMovement.objects.count(),
         "attempts": list(PaymentAttempt.objects.order_by("id").values_list("id", "status")),
     }
-
-
-def make_due(order):
-    """Test setup only: close the order's payment window by the database clock."""
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE orders SET payment_expires_at = now() - interval '1 second' WHERE id = %s", [order.pk])
-        cursor.execute(
-            "UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = %s",
-            [order.pk],
-        )
 
 
 @pytest.fixture
@@ -105,7 +94,7 @@ def test_cancel_of_paid_order_is_409_and_changes_nothing(api, order):
 
 @pytest.mark.django_db
 def test_cancel_of_expired_order_is_409(api, order):
-    make_due(order)
+    make_overdue(order)
     assert order_services.orders_expire_due().orders == 1
     before = state()
 
@@ -167,7 +156,7 @@ def test_cancel_racing_the_sweeper_releases_each_reservation_once(make_product, 
 
     results = []
     for i, order in enumerate(orders):  # one round per order: its cancel and a sweeper batch, released together
-        make_due(order)
+        make_overdue(order)
         both = run_concurrently(
             2, lambda j, i=i, order=order: cancel(order, customers[i]) if j == 0 else order_services.orders_expire_due()
         )

@@ -19,7 +19,7 @@ from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services, signing
 from payments.models import PaymentAttempt, ProcessedEvent
-from skincare.testing import assert_invariants
+from skincare.testing import assert_invariants, make_overdue
 
 SECRET = "whsec-test-lifecycle-secret"
 WEBHOOK_URL = "/v1/payments/webhook"
@@ -91,16 +91,6 @@ def stock(product_id):
 
 def lines_of(order):
     return list(order.lines.order_by("product_id").values_list("product_id", "qty"))
-
-
-def make_overdue(order):
-    """Test setup only: close the order's payment window by the database clock."""
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE orders SET payment_expires_at = now() - interval '1 second' WHERE id = %s", [order.pk])
-        cursor.execute(
-            "UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = %s",
-            [order.pk],
-        )
 
 
 # --------------------------------------------------------------------------------------------------------------
