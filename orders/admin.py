@@ -1,9 +1,9 @@
 """Ops admin for orders and reservations. Everything is read-only; the one write is the *Cancel order* action,
 which calls ``orders.services.order_cancel`` (reason ``ops_cancelled``) for each selected order.
 
-Dependencies point payments → orders → inventory: this module extends the inventory admin (a filter on
-active reservations) and ``payments.admin`` extends this one (payment attempts inline); nothing here imports
-payments.
+Dependencies point payments → orders → inventory: this module extends the inventory admin in place (a filter
+on active reservations, through ``InventoryAdmin.extend``) and ``payments.admin`` extends this one the same way
+(payment attempts inline); nothing is unregistered, and nothing here imports payments.
 """
 
 from django.contrib import admin, messages
@@ -11,11 +11,12 @@ from django.db.models import Exists, OuterRef
 from django.urls import reverse
 from django.utils.html import format_html
 
-from inventory.admin import InventoryAdmin, ReadOnlyAdminMixin, ReadOnlyInline, ledger_table
-from inventory.models import Inventory, StockMovement
+from inventory.admin import InventoryAdmin, ledger_table
+from inventory.models import StockMovement
 from orders import services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, OrderLine, Reservation
+from skincare.admin_helpers import ExtensibleAdmin, ReadOnlyAdminMixin, ReadOnlyInline
 from skincare.errors import ServiceBusy
 
 
@@ -30,7 +31,7 @@ class ReservationInline(ReadOnlyInline):
 
 
 @admin.register(Order)
-class OrderAdmin(admin.ModelAdmin):
+class OrderAdmin(ExtensibleAdmin):
     list_display = ["id", "customer", "status", "total", "payment_expires_at", "cancel_reason", "created_at"]
     list_filter = ["status", "cancel_reason", "created_at"]
     list_select_related = ["customer"]
@@ -129,10 +130,4 @@ class ActiveReservationsFilter(admin.SimpleListFilter):
         return queryset
 
 
-# The inventory admin cannot know about reservations (inventory must not import orders): extend it here.
-admin.site.unregister(Inventory)
-
-
-@admin.register(Inventory)
-class InventoryWithReservationsAdmin(InventoryAdmin):
-    list_filter = [*InventoryAdmin.list_filter, ActiveReservationsFilter]
+InventoryAdmin.extend(list_filter=[ActiveReservationsFilter])

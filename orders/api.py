@@ -1,22 +1,20 @@
-from django.conf import settings
-from django.urls import reverse
+"""Order endpoints: a customer's own order, and cancelling it. Thin: parse, call a selector or service, render."""
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.http import HttpRequest
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orders import selectors, services
 from orders.exceptions import OrderNotFound
+from orders.models import Order, OrderLine
+from orders.payment_links import payment_url
 
 
-def payment_url(request, order):
-    if not settings.PAYMENT_SANDBOX:
-        return None
-    path = reverse("payments:sandbox", args=[order.pk])
-    if settings.PUBLIC_BASE_URL:
-        return settings.PUBLIC_BASE_URL.rstrip("/") + path
-    return request.build_absolute_uri(path)
-
-
-def order_data(request, order, lines):
+def order_data(request: HttpRequest, order: Order, lines: Iterable[OrderLine]) -> dict[str, Any]:
     return {
         "order_id": order.pk,
         "status": order.status,
@@ -26,12 +24,12 @@ def order_data(request, order, lines):
         "items": [
             {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)} for line in lines
         ],
-        "payment_url": payment_url(request, order) if order.status == order.Status.PENDING_PAYMENT else None,
+        "payment_url": payment_url(request, order),
     }
 
 
 class OrderDetailApi(APIView):
-    def get(self, request, order_id):
+    def get(self, request: Request, order_id: int) -> Response:
         order = selectors.order_get_for_customer(order_id=order_id, customer=request.user)
         if order is None:
             raise OrderNotFound(order_id=order_id)
@@ -39,7 +37,9 @@ class OrderDetailApi(APIView):
 
 
 class OrderCancelApi(APIView):
-    def post(self, request, order_id):
+    def post(self, request: Request, order_id: int) -> Response:
         services.order_cancel(order_id=order_id, customer=request.user)
         order = selectors.order_get_for_customer(order_id=order_id, customer=request.user)
+        if order is None:  # cancelled a moment ago, so only a concurrent deletion could get here
+            raise OrderNotFound(order_id=order_id)
         return Response(order_data(request, order, order.lines.all()))

@@ -34,12 +34,12 @@ def lock_due_orders(*, limit):
         Order.objects.raw(
             """
             SELECT id, payment_expires_at FROM orders
-            WHERE status = 'pending_payment' AND payment_expires_at <= now()
+            WHERE status = %s AND payment_expires_at <= now()
             ORDER BY id
             LIMIT %s
             FOR NO KEY UPDATE SKIP LOCKED
             """,
-            [limit],
+            [Order.Status.PENDING_PAYMENT.value, limit],
         )
     )
 

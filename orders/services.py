@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from inventory import services as inventory_services
-from inventory.exceptions import ProductNotFound, StockConflict
+from inventory.exceptions import InvalidProduct, StockConflict
 from inventory.models import Product, StockMovement
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.locks import lock_active_reservations, lock_due_orders, lock_order
@@ -40,7 +40,7 @@ def merge_quantities(items):
 _INSERT_ORDER_SQL = """
 WITH new_order AS (
     INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at)
-    VALUES (%(customer_id)s, 'pending_payment', %(deadline)s, %(total)s, statement_timestamp(), statement_timestamp())
+    VALUES (%(customer_id)s, %(order_status)s, %(deadline)s, %(total)s, statement_timestamp(), statement_timestamp())
     RETURNING id, created_at
 ), line_rows AS (
     SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[])
@@ -50,7 +50,7 @@ WITH new_order AS (
     SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line_rows AS line
 ), new_reservations AS (
     INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at)
-    SELECT new_order.id, line.product_id, line.qty, 'active', %(deadline)s, new_order.created_at, new_order.created_at
+    SELECT new_order.id, line.product_id, line.qty, %(reservation_status)s, %(deadline)s, new_order.created_at, new_order.created_at
     FROM new_order, line_rows AS line
 )
 SELECT id, created_at FROM new_order
@@ -77,7 +77,7 @@ def order_open(*, customer, quantities):
     prices = {pk: price for pk, price, _now, _available in rows}
     missing = sorted(set(quantities) - set(prices))
     if missing:
-        raise ProductNotFound(product_ids=missing)
+        raise InvalidProduct(product_ids=missing)
     short = sorted(pk for pk, _price, _now, available in rows if (available or 0) < quantities[pk])
     if short:
         raise StockConflict(product_ids=short)
@@ -89,6 +89,8 @@ def order_open(*, customer, quantities):
             _INSERT_ORDER_SQL,
             {
                 "customer_id": customer.pk,
+                "order_status": Order.Status.PENDING_PAYMENT.value,
+                "reservation_status": Reservation.Status.ACTIVE.value,
                 "deadline": deadline,
                 "total": total,
                 "product_ids": product_ids,

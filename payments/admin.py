@@ -1,15 +1,14 @@
 """Ops admin for payment attempts and processed gateway events, all read-only.
 
-The order page shows each order's payment attempts: this module re-registers the Order admin with one more
-inline, so that orders never imports payments (dependencies point payments → orders → inventory).
+The order page shows each order's payment attempts: this module adds one inline to the Order admin through
+``OrderAdmin.extend``, so that orders never imports payments (dependencies point payments → orders → inventory).
 """
 
 from django.contrib import admin
 
-from inventory.admin import ReadOnlyAdminMixin, ReadOnlyInline
 from orders.admin import OrderAdmin
-from orders.models import Order
 from payments.models import PaymentAttempt, ProcessedEvent
+from skincare.admin_helpers import ReadOnlyAdminMixin, ReadOnlyInline
 
 
 class PaymentAttemptInline(ReadOnlyInline):
@@ -17,12 +16,7 @@ class PaymentAttemptInline(ReadOnlyInline):
     fields = ["status", "amount", "received_amount", "provider_reference", "created_at", "updated_at"]
 
 
-admin.site.unregister(Order)
-
-
-@admin.register(Order)
-class OrderWithPaymentsAdmin(OrderAdmin):
-    inlines = [*OrderAdmin.inlines, PaymentAttemptInline]
+OrderAdmin.extend(inlines=[PaymentAttemptInline])
 
 
 class NeedsOpsFilter(admin.SimpleListFilter):

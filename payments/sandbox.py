@@ -24,6 +24,16 @@ from payments import services, signing
 logger = logging.getLogger(__name__)
 
 
+def payment_url(request, order):
+    """The sandbox page of ``order`` (registered with ``orders.payment_links`` by ``PaymentsConfig.ready``)."""
+    if not settings.PAYMENT_SANDBOX:
+        return None
+    path = reverse("payment-sandbox", args=[order.pk])
+    if settings.PUBLIC_BASE_URL:
+        return settings.PUBLIC_BASE_URL.rstrip("/") + path
+    return request.build_absolute_uri(path)
+
+
 def _deliver(url, body, signature):
     # The URL is this service's own webhook, built by reverse() from the incoming http(s) request.
     request = urllib.request.Request(  # noqa: S310
@@ -64,7 +74,7 @@ def sandbox_page(request, order_id):
         signature = signing.sign(body=body, secret=settings.PAYMENT_WEBHOOK_SECRET)
         url = request.build_absolute_uri(reverse("payment-webhook"))
         threading.Thread(target=_deliver, args=(url, body, signature), daemon=True).start()
-        return HttpResponseRedirect(reverse("payments:sandbox", args=[order.pk]) + f"?sent={action}")
+        return HttpResponseRedirect(reverse("payment-sandbox", args=[order.pk]) + f"?sent={action}")
     return render(
         request,
         "payments/sandbox.html",

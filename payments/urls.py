@@ -1,9 +1,10 @@
 from django.urls import path
 
 from payments import sandbox
-
-app_name = "payments"
+from payments.api import CheckoutApi, PaymentWebhookApi
 
 urlpatterns = [
-    path("sandbox/<int:order_id>", sandbox.sandbox_page, name="sandbox"),
+    path("checkout", CheckoutApi.as_view(), name="checkout"),
+    path("payments/webhook", PaymentWebhookApi.as_view(), name="payment-webhook"),
+    path("payments/sandbox/<int:order_id>", sandbox.sandbox_page, name="payment-sandbox"),
 ]

@@ -1,42 +1,22 @@
-"""API plumbing: Bearer-token auth, the JSON error format, and the one place where domain errors become
-HTTP statuses. Every error body is ``{"error": "<for humans>", "code": "<stable>", ...details}``."""
+"""API plumbing: Bearer-token auth, the JSON error format, and the one exception handler.
+
+Every error body is ``{"error": "<for humans>", "code": "<stable>", ...details}``. Domain errors declare their
+own status, code and headers (``skincare.errors.DomainError``), so this module imports nothing from the apps.
+"""
 
 import logging
+from typing import Any
 
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.response import Response
 
-from inventory.exceptions import (
-    InventoryCorrupted,
-    ProductNotFound,
-    StaleStockVersion,
-    StockConflict,
-    StockWouldGoNegative,
-)
-from orders.exceptions import OrderNotFound, OrderNotPending
-from payments.exceptions import InvalidSignature
-from skincare.errors import DomainError, InvalidInput, ServiceBusy
+from skincare.errors import DomainError
 
 logger = logging.getLogger("skincare.api")
 
-RETRY_AFTER_SECONDS = "1"
-
-DOMAIN_STATUS = {
-    InvalidInput: 400,
-    InvalidSignature: 401,
-    OrderNotFound: 404,
-    StockConflict: 409,
-    OrderNotPending: 409,
-    StaleStockVersion: 409,
-    StockWouldGoNegative: 409,
-    ProductNotFound: 422,
-    ServiceBusy: 503,
-    InventoryCorrupted: 500,
-}
-
-DRF_CODES = {
+DRF_CODES: dict[type[drf_exceptions.APIException], str] = {
     drf_exceptions.ParseError: "malformed_json",
     drf_exceptions.AuthenticationFailed: "unauthorized",
     drf_exceptions.NotAuthenticated: "unauthorized",
@@ -56,24 +36,22 @@ class BearerTokenAuthentication(TokenAuthentication):
     keyword = "Bearer"
 
 
-def error_body(message, code, **details):
+def error_body(message: str, code: str, **details: Any) -> dict[str, Any]:
     return {"error": message, "code": code, **details}
 
 
-def domain_error_response(exc):
-    status = DOMAIN_STATUS.get(type(exc))
-    if status is None:
-        status = next((s for cls, s in DOMAIN_STATUS.items() if isinstance(exc, cls)), 500)
-    if status >= 500 and not isinstance(exc, ServiceBusy):
+def internal_error() -> Response:
+    return Response(error_body("Internal server error.", "internal_error"), status=500)
+
+
+def domain_error_response(exc: DomainError) -> Response:
+    if not exc.expose:
         logger.error("domain error %s", exc.code, exc_info=exc)
-        return Response(error_body("Internal server error.", "internal_error"), status=500)
-    response = Response(error_body(exc.message, exc.code, **exc.details), status=status)
-    if isinstance(exc, ServiceBusy):
-        response["Retry-After"] = RETRY_AFTER_SECONDS
-    return response
+        return internal_error()
+    return Response(error_body(exc.message, exc.code, **exc.details), status=exc.http_status, headers=exc.headers)
 
 
-def exception_handler(exc, context):
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, DomainError):
         return domain_error_response(exc)
     if isinstance(exc, drf_exceptions.APIException):
@@ -92,12 +70,12 @@ def exception_handler(exc, context):
         return response
     # Anything else is a bug or an outage: log everything, tell the client nothing about internals.
     logger.error("unhandled error in %s", context.get("view").__class__.__name__, exc_info=exc)
-    return Response(error_body("Internal server error.", "internal_error"), status=500)
+    return internal_error()
 
 
-def not_found(request, exception=None):
+def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     return JsonResponse(error_body("Not found.", "not_found"), status=404)
 
 
-def server_error(request):
+def server_error(request: HttpRequest) -> JsonResponse:
     return JsonResponse(error_body("Internal server error.", "internal_error"), status=500)

@@ -104,7 +104,7 @@ def test_unknown_or_inactive_product_is_422(api, make_product):
     assert response.status_code == 422
     assert response.json() == {
         "error": "One or more products do not exist or are not for sale.",
-        "code": "product_not_found",
+        "code": "invalid_product",
         "product_ids": sorted([inactive.pk, 987654]),
     }
     assert db_state() == before

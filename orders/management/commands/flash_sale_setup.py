@@ -14,7 +14,7 @@ from inventory.exceptions import StaleStockVersion
 from inventory.models import Inventory
 from orders import services as order_services
 from orders.exceptions import OrderNotFound, OrderNotPending
-from orders.models import Order
+from orders.models import Order, Reservation
 
 FLASH_SALE_PRODUCT_ID = 101
 NOTE = "flash sale setup"
@@ -36,7 +36,7 @@ class Command(BaseCommand):
             Order.objects.filter(
                 status=Order.Status.PENDING_PAYMENT,
                 reservations__product_id=product,
-                reservations__status="active",
+                reservations__status=Reservation.Status.ACTIVE,
             )
             .distinct()
             .order_by("pk")

@@ -1,0 +1,73 @@
+"""Products in the admin: name, price and whether it is on sale. The stock counters are shown, never edited."""
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from inventory import services
+from inventory.models import Inventory, Product
+from skincare.admin_helpers import ReadOnlyAdminMixin
+
+
+class InventoryInline(ReadOnlyAdminMixin, admin.StackedInline):
+    """The product's counters, shown on the product page and never editable there."""
+
+    model = Inventory
+    can_delete = False
+    extra = 0
+    max_num = 1
+    fields = ["available_stock", "reserved_stock", "version", "updated_at", "stock_links"]
+    readonly_fields = fields
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("inventory.view_inventory") or request.user.has_perm("inventory.view_product")
+
+    @admin.display(description="Stock")
+    def stock_links(self, inventory: Inventory) -> SafeString:
+        return format_html(
+            '<a href="{}">Open the stock page</a> (adjust, count, ledger)',
+            reverse("admin:inventory_inventory_change", args=[inventory.pk]),
+        )
+
+
+@admin.register(Product)
+class ProductAdmin(admin.ModelAdmin):
+    list_display = ["sku", "name", "price", "is_active", "available_stock", "reserved_stock"]
+    list_display_links = ["sku", "name"]
+    list_filter = ["is_active"]
+    search_fields = ["sku", "name"]
+    list_select_related = ["inventory"]
+    inlines = [InventoryInline]
+    readonly_fields = ["created_at", "updated_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Product | None = None) -> list[str]:
+        return ["sku", "name", "price", "is_active", *([] if obj is None else ["created_at", "updated_at"])]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Product | None = None) -> bool:
+        return False  # products are referenced by orders and the ledger; deactivate instead
+
+    @admin.display(description="Available", ordering="inventory__available_stock")
+    def available_stock(self, product: Product) -> int | None:
+        inventory = getattr(product, "inventory", None)
+        return inventory.available_stock if inventory else None
+
+    @admin.display(description="Reserved", ordering="inventory__reserved_stock")
+    def reserved_stock(self, product: Product) -> int | None:
+        inventory = getattr(product, "inventory", None)
+        return inventory.reserved_stock if inventory else None
+
+    def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # A new product gets its inventory row through the service (stock 0; add stock with Adjust).
+        created = services.product_create(
+            sku=obj.sku, name=obj.name, price=obj.price, is_active=obj.is_active, initial_stock=0, actor=request.user
+        )
+        obj.pk = created.pk
+        obj.created_at, obj.updated_at = created.created_at, created.updated_at
+        obj._state.adding = False
