@@ -46,9 +46,10 @@ run: demo
 	$(PY) manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) PORT=$(PORT) exec $(VENV)/bin/gunicorn -c skincare/gunicorn.conf.py skincare.wsgi:application
 
-lint: setup
+lint: db
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -7,6 +7,11 @@ a checkout or an order transition run with ``savepoint=False``: they join the ca
 without the extra SAVEPOINT/RELEASE round trips, and a failure aborts that whole transaction.
 """
 
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, NamedTuple
+
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
@@ -24,25 +29,36 @@ from skincare.db import require_transaction
 Reason = StockMovement.Reason
 
 
-def _ledger(*, deltas, reason, order_id=None, actor=None, note=""):
-    """Append one ledger row per (product_id, available_delta, reserved_delta)."""
+class LedgerRow(NamedTuple):
+    product_id: int
+    available_delta: int
+    reserved_delta: int
+    order_id: int | None = None
+
+
+# (order_id, product_id, qty): one order's units of one product, as reservations hold them.
+OrderLineQty = tuple[int, int, int]
+
+
+def _ledger(*, rows: Iterable[LedgerRow], reason: str, actor: User | None = None, note: str = "") -> None:
+    """Append ledger rows: the one writer of ``stock_movements``."""
     StockMovement.objects.bulk_create(
         [
             StockMovement(
-                product_id=product_id,
-                available_delta=available_delta,
-                reserved_delta=reserved_delta,
+                product_id=row.product_id,
+                available_delta=row.available_delta,
+                reserved_delta=row.reserved_delta,
                 reason=reason,
-                order_id=order_id,
+                order_id=row.order_id,
                 actor=actor,
                 note=note,
             )
-            for product_id, available_delta, reserved_delta in deltas
+            for row in rows
         ]
     )
 
 
-def _guarded_update(*, product_id, guard, **changes):
+def _guarded_update(*, product_id: int, guard: dict[str, Any], **changes: Any) -> int:
     """One UPDATE of one inventory row, only where ``guard`` holds. Returns the number of rows changed."""
     return Inventory.objects.filter(product_id=product_id, **guard).update(
         version=F("version") + 1, updated_at=Now(), **changes
@@ -50,7 +66,7 @@ def _guarded_update(*, product_id, guard, **changes):
 
 
 @transaction.atomic(savepoint=False)
-def stock_reserve(*, quantities, order_id):
+def stock_reserve(*, quantities: Mapping[int, int], order_id: int) -> None:
     """Move units from available to reserved for one order. ``quantities`` maps product_id to qty.
 
     Raises :class:`StockConflict` naming every product that is short. The ledger rows are written first
@@ -60,9 +76,8 @@ def stock_reserve(*, quantities, order_id):
     require_transaction()
     product_ids = sorted(quantities)
     _ledger(
-        deltas=[(pid, -quantities[pid], quantities[pid]) for pid in product_ids],
+        rows=[LedgerRow(pid, -quantities[pid], quantities[pid], order_id) for pid in product_ids],
         reason=Reason.RESERVE,
-        order_id=order_id,
     )
     if len(product_ids) > 1:
         # Several rows: lock them all in ascending id order first, so that no two checkouts can each hold
@@ -89,43 +104,34 @@ def stock_reserve(*, quantities, order_id):
             raise StockConflict(product_ids=[pid])
 
 
-def _move_reserved(*, lines, reason, available_sign):
+def _move_reserved(*, lines: Sequence[OrderLineQty], reason: str, available_sign: int) -> None:
     """Take units out of ``reserved_stock`` (and back into ``available_stock`` when ``available_sign`` is 1).
     ``lines`` are (order_id, product_id, qty): one summed guarded update per product, ascending, and one
     ledger row per line so that every unit stays traceable to its order."""
     require_transaction()
-    totals = {}
+    totals: dict[int, int] = {}
     for _order_id, product_id, qty in lines:
         totals[product_id] = totals.get(product_id, 0) + qty
     # Ledger first, counters last (as in stock_reserve): the inventory row locks are then held only for the
     # guarded updates and the COMMIT. A failed guard raises and rolls the ledger rows back with everything else.
-    _ledger_lines(lines=lines, reason=reason, available_sign=available_sign)
+    _ledger(
+        rows=[
+            LedgerRow(product_id, qty * available_sign, -qty, order_id)
+            for order_id, product_id, qty in sorted(lines, key=lambda line: (line[1], line[0]))
+        ],
+        reason=reason,
+    )
     for product_id in sorted(totals):
         qty = totals[product_id]
-        changes = {"reserved_stock": F("reserved_stock") - qty}
+        changes: dict[str, Any] = {"reserved_stock": F("reserved_stock") - qty}
         if available_sign:
             changes["available_stock"] = F("available_stock") + qty
         if not _guarded_update(product_id=product_id, guard={"reserved_stock__gte": qty}, **changes):
             raise InventoryCorrupted(product_ids=[product_id])
 
 
-def _ledger_lines(*, lines, reason, available_sign):
-    StockMovement.objects.bulk_create(
-        [
-            StockMovement(
-                product_id=product_id,
-                available_delta=qty * available_sign,
-                reserved_delta=-qty,
-                reason=reason,
-                order_id=order_id,
-            )
-            for order_id, product_id, qty in sorted(lines, key=lambda line: (line[1], line[0]))
-        ]
-    )
-
-
 @transaction.atomic(savepoint=False)
-def stock_release(*, lines, reason):
+def stock_release(*, lines: Sequence[OrderLineQty], reason: str) -> None:
     """Return reserved units to available (reservations expired or cancelled)."""
     if reason not in (Reason.EXPIRE, Reason.CANCEL):
         raise ValueError(f"stock_release cannot record reason {reason!r}")
@@ -133,13 +139,15 @@ def stock_release(*, lines, reason):
 
 
 @transaction.atomic(savepoint=False)
-def stock_consume(*, lines):
+def stock_consume(*, lines: Sequence[OrderLineQty]) -> None:
     """Reserved units leave the shop: their orders were paid."""
     _move_reserved(lines=lines, reason=Reason.CONSUME, available_sign=0)
 
 
 @transaction.atomic
-def stock_adjust(*, product_id, delta, note, actor=None, reason=Reason.ADJUSTMENT):
+def stock_adjust(
+    *, product_id: int, delta: int, note: str, actor: User | None = None, reason: str = Reason.ADJUSTMENT
+) -> Inventory:
     """Add ``delta`` (may be negative) to available stock with an F-expression. Refused if the result
     would be negative. Concurrent checkouts keep their reservations: nothing is overwritten."""
     if reason not in (Reason.ADJUSTMENT, Reason.RESTOCK):
@@ -149,7 +157,7 @@ def stock_adjust(*, product_id, delta, note, actor=None, reason=Reason.ADJUSTMEN
     if delta == 0:
         raise ValueError("a stock adjustment needs a non-zero delta")
     # Ledger row first, the counter last (as everywhere in this module); a refused update rolls the row back.
-    _ledger(deltas=[(product_id, delta, 0)], reason=reason, actor=actor, note=note.strip())
+    _ledger(rows=[LedgerRow(product_id, delta, 0)], reason=reason, actor=actor, note=note.strip())
     updated = _guarded_update(
         product_id=product_id,
         guard={"available_stock__gte": -delta} if delta < 0 else {},
@@ -163,7 +171,9 @@ def stock_adjust(*, product_id, delta, note, actor=None, reason=Reason.ADJUSTMEN
 
 
 @transaction.atomic
-def stock_set_counted(*, product_id, counted, expected_version, note, actor=None):
+def stock_set_counted(
+    *, product_id: int, counted: int, expected_version: int, note: str, actor: User | None = None
+) -> Inventory:
     """Set available stock to a counted figure, but only if the row is still at ``expected_version`` (the
     version the ops form was loaded with). Otherwise raise :class:`StaleStockVersion` and write nothing."""
     if counted < 0:
@@ -179,22 +189,33 @@ def stock_set_counted(*, product_id, counted, expected_version, note, actor=None
     delta = counted - inventory.available_stock
     if delta == 0:
         return inventory
-    _ledger(deltas=[(product_id, delta, 0)], reason=Reason.COUNT, actor=actor, note=note.strip())
+    _ledger(rows=[LedgerRow(product_id, delta, 0)], reason=Reason.COUNT, actor=actor, note=note.strip())
     _guarded_update(product_id=product_id, guard={"version": expected_version}, available_stock=counted)
     inventory.refresh_from_db()
     return inventory
 
 
 @transaction.atomic
-def product_create(*, sku, name, price, initial_stock=0, is_active=True, actor=None, product_id=None):
+def product_create(
+    *,
+    sku: str,
+    name: str,
+    price: Decimal,
+    initial_stock: int = 0,
+    is_active: bool = True,
+    actor: User | None = None,
+    product_id: int | None = None,
+) -> Product:
     """Create a product with its inventory row; initial stock is recorded in the ledger as a restock."""
     if initial_stock < 0:
         raise StockWouldGoNegative(counted=initial_stock)
-    fields = {"sku": sku, "name": name, "price": price, "is_active": is_active}
+    fields: dict[str, Any] = {"sku": sku, "name": name, "price": price, "is_active": is_active}
     if product_id is not None:
         fields["id"] = product_id
     product = Product.objects.create(**fields)
     Inventory.objects.create(product=product, available_stock=initial_stock)
     if initial_stock:
-        _ledger(deltas=[(product.pk, initial_stock, 0)], reason=Reason.RESTOCK, actor=actor, note="initial stock")
+        _ledger(
+            rows=[LedgerRow(product.pk, initial_stock, 0)], reason=Reason.RESTOCK, actor=actor, note="initial stock"
+        )
     return product

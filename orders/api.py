@@ -12,6 +12,7 @@ from orders import selectors, services
 from orders.exceptions import OrderNotFound
 from orders.models import Order, OrderLine
 from orders.payment_links import payment_url
+from skincare.api import authenticated_customer
 
 
 def order_data(request: HttpRequest, order: Order, lines: Iterable[OrderLine]) -> dict[str, Any]:
@@ -19,7 +20,9 @@ def order_data(request: HttpRequest, order: Order, lines: Iterable[OrderLine]) -
         "order_id": order.pk,
         "status": order.status,
         "cancel_reason": order.cancel_reason,
-        "payment_expires_at": order.payment_expires_at.isoformat().replace("+00:00", "Z"),
+        "payment_expires_at": (
+            order.payment_expires_at.isoformat().replace("+00:00", "Z") if order.payment_expires_at else None
+        ),
         "total": str(order.total),
         "items": [
             {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)} for line in lines
@@ -30,7 +33,7 @@ def order_data(request: HttpRequest, order: Order, lines: Iterable[OrderLine]) -
 
 class OrderDetailApi(APIView):
     def get(self, request: Request, order_id: int) -> Response:
-        order = selectors.order_get_for_customer(order_id=order_id, customer=request.user)
+        order = selectors.order_get_for_customer(order_id=order_id, customer=authenticated_customer(request))
         if order is None:
             raise OrderNotFound(order_id=order_id)
         return Response(order_data(request, order, order.lines.all()))
@@ -38,8 +41,9 @@ class OrderDetailApi(APIView):
 
 class OrderCancelApi(APIView):
     def post(self, request: Request, order_id: int) -> Response:
-        services.order_cancel(order_id=order_id, customer=request.user)
-        order = selectors.order_get_for_customer(order_id=order_id, customer=request.user)
+        customer = authenticated_customer(request)
+        services.order_cancel(order_id=order_id, customer=customer)
+        order = selectors.order_get_for_customer(order_id=order_id, customer=customer)
         if order is None:  # cancelled a moment ago, so only a concurrent deletion could get here
             raise OrderNotFound(order_id=order_id)
         return Response(order_data(request, order, order.lines.all()))

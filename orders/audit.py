@@ -9,7 +9,16 @@ import dataclasses
 
 from django.db import connection, transaction
 
-CHECKS = {
+from inventory.models import StockMovement
+from orders.models import OrderStatus, ReservationStatus
+
+# Status values come from the TextChoices; they are constants, interpolated once when this module loads.
+ACTIVE, CONSUMED = ReservationStatus.ACTIVE.value, ReservationStatus.CONSUMED.value
+EXPIRED, R_CANCELLED = ReservationStatus.EXPIRED.value, ReservationStatus.CANCELLED.value
+PENDING, PAID, CANCELLED = OrderStatus.PENDING_PAYMENT.value, OrderStatus.PAID.value, OrderStatus.CANCELLED.value
+CONSUME = StockMovement.Reason.CONSUME.value
+
+CHECKS: dict[str, str] = {
     "negative_stock": """
         SELECT product_id, format('available=%%s reserved=%%s', available_stock, reserved_stock)
         FROM inventories WHERE available_stock < 0 OR reserved_stock < 0
@@ -17,7 +26,7 @@ CHECKS = {
     "reserved_vs_active_reservations": """
         SELECT i.product_id, format('reserved_stock=%%s but active reservations hold %%s', i.reserved_stock, COALESCE(r.qty, 0))
         FROM inventories i
-        LEFT JOIN (SELECT product_id, SUM(qty) AS qty FROM inventory_reservations WHERE status = 'active' GROUP BY product_id) r
+        LEFT JOIN (SELECT product_id, SUM(qty) AS qty FROM inventory_reservations WHERE status = '{ACTIVE}' GROUP BY product_id) r
                ON r.product_id = i.product_id
         WHERE i.reserved_stock <> COALESCE(r.qty, 0)
     """,
@@ -33,9 +42,9 @@ CHECKS = {
     "consumed_vs_ledger": """
         SELECT p.id, format('consumed reservations hold %%s units but the ledger consumed %%s', COALESCE(r.qty, 0), COALESCE(m.qty, 0))
         FROM products p
-        LEFT JOIN (SELECT product_id, SUM(qty) AS qty FROM inventory_reservations WHERE status = 'consumed' GROUP BY product_id) r
+        LEFT JOIN (SELECT product_id, SUM(qty) AS qty FROM inventory_reservations WHERE status = '{CONSUMED}' GROUP BY product_id) r
                ON r.product_id = p.id
-        LEFT JOIN (SELECT product_id, -SUM(reserved_delta) AS qty FROM stock_movements WHERE reason = 'consume' GROUP BY product_id) m
+        LEFT JOIN (SELECT product_id, -SUM(reserved_delta) AS qty FROM stock_movements WHERE reason = '{CONSUME}' GROUP BY product_id) m
                ON m.product_id = p.id
         WHERE COALESCE(r.qty, 0) <> COALESCE(m.qty, 0)
     """,
@@ -45,18 +54,30 @@ CHECKS = {
         GROUP BY o.id, o.status
         HAVING NOT (
             COUNT(r.id) > 0 AND (
-                (o.status = 'pending_payment' AND bool_and(r.status = 'active')) OR
-                (o.status = 'paid' AND bool_and(r.status = 'consumed')) OR
-                (o.status = 'cancelled' AND bool_and(r.status IN ('expired', 'cancelled')))
+                (o.status = '{PENDING}' AND bool_and(r.status = '{ACTIVE}')) OR
+                (o.status = '{PAID}' AND bool_and(r.status = '{CONSUMED}')) OR
+                (o.status = '{CANCELLED}' AND bool_and(r.status IN ('{EXPIRED}', '{R_CANCELLED}')))
             )
         )
     """,
     "reservation_expiry_vs_order": """
         SELECT r.id, format('reservation expires at %%s but its order at %%s', r.expires_at, o.payment_expires_at)
         FROM inventory_reservations r JOIN orders o ON o.id = r.order_id
-        WHERE r.status = 'active' AND r.expires_at IS DISTINCT FROM o.payment_expires_at
+        WHERE r.status = '{ACTIVE}' AND r.expires_at IS DISTINCT FROM o.payment_expires_at
     """,
 }
+
+_VALUES = {
+    "ACTIVE": ACTIVE,
+    "CONSUMED": CONSUMED,
+    "EXPIRED": EXPIRED,
+    "R_CANCELLED": R_CANCELLED,
+    "PENDING": PENDING,
+    "PAID": PAID,
+    "CANCELLED": CANCELLED,
+    "CONSUME": CONSUME,
+}
+CHECKS = {name: sql.format(**_VALUES) for name, sql in CHECKS.items()}
 
 DESCRIPTIONS = {
     "negative_stock": "no counter is negative",
@@ -74,13 +95,13 @@ class Violation:
     subject_id: int
     detail: str
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"[{self.check}] #{self.subject_id}: {self.detail}"
 
 
-def audit_inventory(*, limit_per_check=50):
+def audit_inventory(*, limit_per_check: int = 50) -> list[Violation]:
     """Run every check on one snapshot; returns a list of :class:`Violation` (empty when all is well)."""
-    violations = []
+    violations: list[Violation] = []
     outermost = not connection.in_atomic_block
     with transaction.atomic(), connection.cursor() as cursor:
         if outermost:  # one snapshot for every check; inside a caller's transaction, use the caller's

@@ -11,11 +11,13 @@ cancel and the sweeper follow the full order. Because every path climbs the same
 transactions can each hold a lock that the other is waiting for. ``docs/locking.md`` has the proof sketch.
 """
 
+from django.contrib.auth.models import User
+
 from orders.models import Order, Reservation
 from skincare.db import require_transaction
 
 
-def lock_order(*, order_id, customer=None):
+def lock_order(*, order_id: int, customer: User | None = None) -> Order | None:
     """Lock one order row (waiting for it) and return it, or None when it does not exist or is not
     ``customer``'s. FOR NO KEY UPDATE: the row is updated, never deleted, so inserts that reference it
     (payment attempts) are not blocked."""
@@ -26,7 +28,7 @@ def lock_order(*, order_id, customer=None):
     return qs.first()
 
 
-def lock_due_orders(*, limit):
+def lock_due_orders(*, limit: int) -> list[Order]:
     """Claim up to ``limit`` pending orders whose payment window closed by the database clock. Rows that
     another transaction holds (a payment, a cancel, another sweeper) are skipped, not waited for."""
     require_transaction()
@@ -44,7 +46,7 @@ def lock_due_orders(*, limit):
     )
 
 
-def lock_active_reservations(*, order_ids):
+def lock_active_reservations(*, order_ids: list[int]) -> list[Reservation]:
     """Lock the active reservations of already-locked orders, by ascending (order, product)."""
     require_transaction()
     return list(

@@ -5,16 +5,21 @@ from django.db.models import Q
 from inventory.models import Product
 
 
-class Order(models.Model):
-    class Status(models.TextChoices):
-        PENDING_PAYMENT = "pending_payment", "Pending payment"
-        PAID = "paid", "Paid"
-        CANCELLED = "cancelled", "Cancelled"
+class OrderStatus(models.TextChoices):
+    PENDING_PAYMENT = "pending_payment", "Pending payment"
+    PAID = "paid", "Paid"
+    CANCELLED = "cancelled", "Cancelled"
 
-    class CancelReason(models.TextChoices):
-        PAYMENT_TIMEOUT = "payment_timeout", "Payment timed out"
-        CUSTOMER_CANCELLED = "customer_cancelled", "Cancelled by the customer"
-        OPS_CANCELLED = "ops_cancelled", "Cancelled by staff"
+
+class OrderCancelReason(models.TextChoices):
+    PAYMENT_TIMEOUT = "payment_timeout", "Payment timed out"
+    CUSTOMER_CANCELLED = "customer_cancelled", "Cancelled by the customer"
+    OPS_CANCELLED = "ops_cancelled", "Cancelled by staff"
+
+
+class Order(models.Model):
+    Status = OrderStatus
+    CancelReason = OrderCancelReason
 
     customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING_PAYMENT)
@@ -25,6 +30,10 @@ class Order(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    # Not a column: the lines of an order that ``orders.services.order_open`` just wrote, set on the instance it
+    # returns so that the checkout response is rendered without reading them back.
+    placed_lines: "list[OrderLine] | None" = None
+
     class Meta:
         db_table = "orders"
         ordering = ["-id"]
@@ -33,16 +42,15 @@ class Order(models.Model):
             models.Index(
                 fields=["payment_expires_at"],
                 name="orders_pending_expiry_idx",
-                condition=Q(status="pending_payment"),
+                condition=Q(status=OrderStatus.PENDING_PAYMENT),
             ),
             models.Index(fields=["customer", "-id"], name="orders_customer_idx"),
         ]
         constraints = [
+            models.CheckConstraint(condition=Q(status__in=OrderStatus.values), name="orders_status_valid"),
             models.CheckConstraint(
-                condition=Q(status__in=["pending_payment", "paid", "cancelled"]), name="orders_status_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(status="cancelled", cancel_reason__isnull=False) | ~Q(status="cancelled"),
+                condition=Q(status=OrderStatus.CANCELLED, cancel_reason__isnull=False)
+                | ~Q(status=OrderStatus.CANCELLED),
                 name="orders_cancelled_has_reason",
             ),
             models.CheckConstraint(condition=Q(total__gte=0), name="orders_total_gte_0"),
@@ -70,15 +78,18 @@ class OrderLine(models.Model):
         return f"{self.qty} x product {self.product_id}"
 
 
+class ReservationStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    CONSUMED = "consumed", "Consumed"
+    EXPIRED = "expired", "Expired"
+    CANCELLED = "cancelled", "Cancelled"
+
+
 class Reservation(models.Model):
     """Units of one product held for one order until ``expires_at`` (database clock).
     ``active`` ends in exactly one of ``consumed``, ``expired`` or ``cancelled``; nothing returns to ``active``."""
 
-    class Status(models.TextChoices):
-        ACTIVE = "active", "Active"
-        CONSUMED = "consumed", "Consumed"
-        EXPIRED = "expired", "Expired"
-        CANCELLED = "cancelled", "Cancelled"
+    Status = ReservationStatus
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="reservations")
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="reservations")
@@ -95,7 +106,7 @@ class Reservation(models.Model):
             models.Index(
                 fields=["expires_at"],
                 name="inventory_res_expiry_active",
-                condition=Q(status="active"),
+                condition=Q(status=ReservationStatus.ACTIVE),
             ),
             models.Index(fields=["product", "status"], name="inventory_res_product_status"),
         ]
@@ -103,7 +114,7 @@ class Reservation(models.Model):
             models.UniqueConstraint(fields=["order", "product"], name="inventory_reservations_order_product_uniq"),
             models.CheckConstraint(condition=Q(qty__gt=0), name="inventory_reservations_qty_gt_0"),
             models.CheckConstraint(
-                condition=Q(status__in=["active", "consumed", "expired", "cancelled"]),
+                condition=Q(status__in=ReservationStatus.values),
                 name="inventory_reservations_status_valid",
             ),
         ]

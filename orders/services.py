@@ -5,9 +5,12 @@ defined in ``orders.locks``: order row → its reservations → inventory rows b
 """
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
@@ -21,9 +24,9 @@ from skincare.db import TransactionNow, db_now, retry_transient
 from skincare.errors import InvalidInput
 
 
-def merge_quantities(items):
+def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
     """``[(product_id, qty), ...]`` → ``{product_id: total qty}``; a product listed twice is one line."""
-    quantities = {}
+    quantities: dict[int, int] = {}
     for product_id, qty in items:
         quantities[product_id] = quantities.get(product_id, 0) + qty
     too_many = {pid: qty for pid, qty in quantities.items() if qty > settings.CHECKOUT_MAX_QTY}
@@ -58,7 +61,7 @@ SELECT id, created_at FROM new_order
 
 
 @transaction.atomic(savepoint=False)
-def order_open(*, customer, quantities):
+def order_open(*, customer: User, quantities: Mapping[int, int]) -> Order:
     """Insert a ``pending_payment`` order with its lines and its (not yet backed) reservation rows.
 
     No row lock is taken here. The deadline comes from the database clock: ``now()`` is the transaction's
@@ -109,14 +112,14 @@ def order_open(*, customer, quantities):
         updated_at=created_at,
     )
     order._state.adding = False
-    order.lines_cache = [
+    order.placed_lines = [
         OrderLine(order=order, product_id=pid, qty=quantities[pid], unit_price=prices[pid]) for pid in product_ids
     ]
     return order
 
 
 @transaction.atomic(savepoint=False)
-def order_reserve_stock(*, order, quantities):
+def order_reserve_stock(*, order: Order, quantities: Mapping[int, int]) -> None:
     """Back a just-opened order's reservations with stock. Takes the inventory row locks, so a checkout
     calls it last: the hot row then stays locked only for these UPDATEs and the COMMIT."""
     inventory_services.stock_reserve(quantities=quantities, order_id=order.pk)
@@ -129,7 +132,9 @@ class TransitionResult:
     units: int = 0
 
 
-def _close_pending(*, order_ids, reservation_status, cancel_reason=None, paid=False):
+def _close_pending(
+    *, order_ids: list[int], reservation_status: str, cancel_reason: str | None = None, paid: bool = False
+) -> TransitionResult:
     """Move locked pending orders to their end state; their active reservations end with them.
 
     Caller holds the order locks. Reservations are locked next, then inventory rows (inside
@@ -138,7 +143,7 @@ def _close_pending(*, order_ids, reservation_status, cancel_reason=None, paid=Fa
     reservations = lock_active_reservations(order_ids=order_ids)
     lines = [(r.order_id, r.product_id, r.qty) for r in reservations]
     if paid:
-        changes = {"status": Order.Status.PAID}
+        changes: dict[str, Any] = {"status": Order.Status.PAID}
     else:
         changes = {"status": Order.Status.CANCELLED, "cancel_reason": cancel_reason}
     orders = Order.objects.filter(pk__in=order_ids, status=Order.Status.PENDING_PAYMENT).update(
@@ -161,7 +166,7 @@ def _close_pending(*, order_ids, reservation_status, cancel_reason=None, paid=Fa
     return TransitionResult(orders=orders, reservations=len(reservations), units=sum(line[2] for line in lines))
 
 
-def _close_one(*, order, reservation_status, cancel_reason=None, paid=False):
+def _close_one(*, order: Order, reservation_status: str, cancel_reason: str | None = None, paid: bool = False) -> Order:
     """One locked order out of ``pending_payment``. The in-memory order is updated from what was written
     rather than re-read: a re-read would be one more round trip while the inventory rows are locked."""
     if order.status != Order.Status.PENDING_PAYMENT:
@@ -174,7 +179,9 @@ def _close_one(*, order, reservation_status, cancel_reason=None, paid=False):
 
 @retry_transient
 @transaction.atomic
-def order_cancel(*, order_id, customer=None, reason=Order.CancelReason.CUSTOMER_CANCELLED):
+def order_cancel(
+    *, order_id: int, customer: User | None = None, reason: str = Order.CancelReason.CUSTOMER_CANCELLED
+) -> Order:
     """Cancel a pending order and return its units. ``customer`` limits the search to that customer's
     orders (an API caller never learns that someone else's order exists)."""
     order = lock_order(order_id=order_id, customer=customer)
@@ -184,14 +191,14 @@ def order_cancel(*, order_id, customer=None, reason=Order.CancelReason.CUSTOMER_
 
 
 @transaction.atomic(savepoint=False)
-def order_mark_paid(*, order):
+def order_mark_paid(*, order: Order) -> Order:
     """Pending → paid: reservations consumed, reserved units leave the shop. Caller holds the order lock
     and has checked, by the database clock, that the payment window is still open."""
     return _close_one(order=order, reservation_status=Reservation.Status.CONSUMED, paid=True)
 
 
 @transaction.atomic(savepoint=False)
-def order_expire(*, order):
+def order_expire(*, order: Order) -> Order:
     """Pending → cancelled (payment_timeout) for one locked order whose window has closed; the sweeper
     does the same in batches. Used when a payment arrives after the deadline but before the sweeper."""
     return _close_one(
@@ -206,13 +213,13 @@ class SweepBatch(TransitionResult):
 
 @retry_transient
 @transaction.atomic
-def orders_expire_due(*, batch_size=200):
+def orders_expire_due(*, batch_size: int = 200) -> SweepBatch:
     """One sweeper batch: claim due pending orders with SKIP LOCKED, expire their reservations, return the
     units with one summed update per product (ascending id), cancel the orders (payment_timeout)."""
     due = lock_due_orders(limit=batch_size)
     if not due:
         return SweepBatch()
-    oldest = min(order.payment_expires_at for order in due)
+    oldest = min(order.payment_expires_at for order in due if order.payment_expires_at is not None)
     overdue = (db_now() - oldest).total_seconds()
     result = _close_pending(
         order_ids=[order.pk for order in due],

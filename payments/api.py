@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 from orders.api import order_data
 from payments import services, signing
 from skincare import validation
+from skincare.api import authenticated_customer
 from skincare.errors import InvalidInput
 
 logger = logging.getLogger(__name__)
@@ -16,11 +17,9 @@ logger = logging.getLogger(__name__)
 
 class CheckoutApi(APIView):
     def post(self, request):
-        items = validation.checkout_items(
-            request.data, max_items=settings.CHECKOUT_MAX_ITEMS, max_qty=settings.CHECKOUT_MAX_QTY
-        )
-        order = services.checkout(customer=request.user, items=items)
-        return Response(order_data(request, order, order.lines_cache), status=201)
+        items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
+        order = services.checkout(customer=authenticated_customer(request), items=items)
+        return Response(order_data(request, order, order.placed_lines or []), status=201)
 
 
 # payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
@@ -63,7 +62,7 @@ def parse_webhook(data):
     if data.get("type") not in services.EVENT_TYPES:
         errors["type"] = [f"One of {', '.join(services.EVENT_TYPES)}."]
     order_id = data.get("order_id")
-    if not validation.is_int(order_id) or order_id <= 0 or order_id > 2**63 - 1:
+    if not validation.is_positive_bigint(order_id):
         errors["order_id"] = ["A positive integer."]
     amount = data.get("amount")
     try:

@@ -5,15 +5,18 @@ from django.db.models.functions import Now
 from orders.models import Order
 
 
+class PaymentStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    # Money arrived for an order that is no longer payable (it expired or was cancelled first).
+    REFUND_REQUIRED = "refund_required", "Refund required"
+    # Money arrived but not the amount the order asks for; the order is left alone for ops to decide.
+    AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+
+
 class PaymentAttempt(models.Model):
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        # Money arrived for an order that is no longer payable (it expired or was cancelled first).
-        REFUND_REQUIRED = "refund_required", "Refund required"
-        # Money arrived but not the amount the order asks for; the order is left alone for ops to decide.
-        AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+    Status = PaymentStatus
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="payment_attempts")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
@@ -31,12 +34,12 @@ class PaymentAttempt(models.Model):
             models.Index(
                 fields=["status"],
                 name="payment_attempts_ops_idx",
-                condition=Q(status__in=["refund_required", "amount_mismatch"]),
+                condition=Q(status__in=[PaymentStatus.REFUND_REQUIRED, PaymentStatus.AMOUNT_MISMATCH]),
             ),
         ]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "succeeded", "failed", "refund_required", "amount_mismatch"]),
+                condition=Q(status__in=PaymentStatus.values),
                 name="payment_attempts_status_valid",
             ),
         ]
@@ -48,6 +51,16 @@ class PaymentAttempt(models.Model):
 class ProcessedEvent(models.Model):
     """One row per gateway event ever applied; inserted in the same transaction as the event's effect, so an
     event takes effect exactly once however often it is delivered."""
+
+    class Outcome(models.TextChoices):
+        """What applying an event did (``payment_event_apply``'s return value, stored in ``outcome``)."""
+
+        DUPLICATE = "duplicate", "Already applied (nothing changed)"
+        PAID = "paid", "Order paid"
+        FAILED = "failed", "Payment failed"
+        ALREADY_PAID = "already_paid", "Charge already on record"
+        REFUND_REQUIRED = "refund_required", "Refund required"
+        AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
 
     event_id = models.TextField(primary_key=True)
     processed_at = models.DateTimeField(db_default=Now())

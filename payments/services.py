@@ -2,15 +2,18 @@
 
 import json
 import logging
+from collections.abc import Iterable
 from decimal import Decimal
+from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 
 from orders import services as order_services
 from orders.exceptions import OrderNotFound
 from orders.locks import lock_order
 from orders.models import Order
-from payments.models import PaymentAttempt
+from payments.models import PaymentAttempt, ProcessedEvent
 from skincare.db import db_now, retry_transient
 
 logger = logging.getLogger(__name__)
@@ -18,11 +21,12 @@ logger = logging.getLogger(__name__)
 EVENT_SUCCEEDED = "payment.succeeded"
 EVENT_FAILED = "payment.failed"
 EVENT_TYPES = (EVENT_SUCCEEDED, EVENT_FAILED)
+Outcome = ProcessedEvent.Outcome
 
 
 @retry_transient
 @transaction.atomic
-def checkout(*, customer, items):
+def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> Order:
     """One short transaction: open a ``pending_payment`` order (order, lines, reservation rows, deadline
     from the database clock), create its payment attempt, then reserve the stock. The stock UPDATE is the
     last statement before COMMIT, so the inventory row lock is held for as short a time as possible.
@@ -36,7 +40,7 @@ def checkout(*, customer, items):
     return order
 
 
-def _record_event(*, event_id, event_type, order_id, payload):
+def _record_event(*, event_id: str, event_type: str, order_id: int, payload: Any) -> bool:
     """Claim the event id. Returns False when the event was already applied (or is being applied by a
     concurrent delivery, in which case this waits for it and then sees it)."""
     with connection.cursor() as cursor:
@@ -52,12 +56,12 @@ def _record_event(*, event_id, event_type, order_id, payload):
         return cursor.fetchone() is not None
 
 
-def _set_outcome(*, event_id, outcome):
+def _set_outcome(*, event_id: str, outcome: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute("UPDATE processed_events SET outcome = %s WHERE event_id = %s", [outcome, event_id])
 
 
-def _recorded_charge(*, order, provider_reference):
+def _recorded_charge(*, order: Order, provider_reference: str) -> PaymentAttempt | None:
     """The attempt that already holds the money of this charge, if any. Without a provider reference charges
     cannot be told apart, except that a paid order's reference-less success is that very payment."""
     attempts = PaymentAttempt.objects.filter(
@@ -72,7 +76,15 @@ def _recorded_charge(*, order, provider_reference):
 
 @retry_transient
 @transaction.atomic
-def payment_event_apply(*, event_id, event_type, order_id, amount, provider_reference="", payload=None):
+def payment_event_apply(
+    *,
+    event_id: str,
+    event_type: str,
+    order_id: int,
+    amount: Decimal | str,
+    provider_reference: str = "",
+    payload: Any = None,
+) -> str:
     """Apply one gateway event exactly once. Returns the outcome:
 
     ``duplicate`` (already applied: nothing changes), ``paid``, ``amount_mismatch`` (recorded, order
@@ -86,14 +98,14 @@ def payment_event_apply(*, event_id, event_type, order_id, amount, provider_refe
     product id. The inventory rows are locked by the last statements of the transaction.
     """
     if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
-        return "duplicate"
+        return Outcome.DUPLICATE
     order = lock_order(order_id=order_id)
     if order is None:
         raise OrderNotFound(order_id=order_id)
     latest = PaymentAttempt.objects.select_for_update(no_key=True).filter(order=order).order_by("-id").first()
     amount = Decimal(amount)
 
-    def open_attempt():
+    def open_attempt() -> PaymentAttempt:
         # An attempt that recorded money (succeeded, refund_required, amount_mismatch) is never rewritten:
         # that charge must stay visible, with its reference, for refunds and reconciliation. Only a pending
         # or failed attempt is reused; otherwise the event gets an attempt of its own.
@@ -105,29 +117,35 @@ def payment_event_apply(*, event_id, event_type, order_id, amount, provider_refe
     attempt = None
     recorded = _recorded_charge(order=order, provider_reference=provider_reference)
     if event_type == EVENT_FAILED:
-        outcome = "failed"
+        outcome = Outcome.FAILED
         if recorded is None:
             attempt = open_attempt()
             attempt.status = PaymentAttempt.Status.FAILED
     elif recorded is not None:
         # This charge was reported before under another event id and its money is already on record.
-        outcome = "already_paid" if recorded.status == PaymentAttempt.Status.SUCCEEDED else recorded.status
+        outcome = (
+            Outcome.ALREADY_PAID if recorded.status == PaymentAttempt.Status.SUCCEEDED else Outcome(recorded.status)
+        )
     elif order.status == Order.Status.PAID:
         # A second successful charge for a paid order: keep the money visible for a refund.
-        outcome = "refund_required"
+        outcome = Outcome.REFUND_REQUIRED
         attempt = PaymentAttempt(order=order, amount=order.total, status=PaymentAttempt.Status.REFUND_REQUIRED)
     elif amount != order.total:
-        outcome = "amount_mismatch"
+        outcome = Outcome.AMOUNT_MISMATCH
         attempt = open_attempt()
         attempt.status = PaymentAttempt.Status.AMOUNT_MISMATCH
-    elif order.status == Order.Status.PENDING_PAYMENT and db_now() < order.payment_expires_at:
-        outcome = "paid"
+    elif (
+        order.status == Order.Status.PENDING_PAYMENT
+        and order.payment_expires_at is not None
+        and db_now() < order.payment_expires_at
+    ):
+        outcome = Outcome.PAID
         attempt = open_attempt()
         attempt.status = PaymentAttempt.Status.SUCCEEDED
         transition = order_services.order_mark_paid
     else:
         # Late: the order expired (maybe the sweeper has not run yet) or was cancelled. Never resurrect it.
-        outcome = "refund_required"
+        outcome = Outcome.REFUND_REQUIRED
         attempt = open_attempt()
         attempt.status = PaymentAttempt.Status.REFUND_REQUIRED
         if order.status == Order.Status.PENDING_PAYMENT:
@@ -142,6 +160,6 @@ def payment_event_apply(*, event_id, event_type, order_id, amount, provider_refe
     _set_outcome(event_id=event_id, outcome=outcome)
     if transition is not None:
         transition(order=order)  # takes the reservation and inventory locks: last
-    if outcome in ("amount_mismatch", "refund_required"):
+    if outcome in (Outcome.AMOUNT_MISMATCH, Outcome.REFUND_REQUIRED):
         logger.warning("payment event %s for order %s needs ops: %s", event_id, order.pk, outcome)
     return outcome

@@ -12,10 +12,14 @@ import time
 from payments.exceptions import InvalidSignature
 
 
+def _digest(*, secret: str, timestamp: int, body: bytes) -> str:
+    """Hex HMAC-SHA256 of ``"<timestamp>.<raw body>"``: the one place the signature is computed."""
+    return hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+
+
 def sign(*, body: bytes, secret: str, timestamp: int | None = None) -> str:
     timestamp = int(time.time()) if timestamp is None else timestamp
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
+    return f"t={timestamp},v1={_digest(secret=secret, timestamp=timestamp, body=body)}"
 
 
 def verify(*, header: str | None, body: bytes, secret: str, tolerance_seconds: int, now: float | None = None) -> None:
@@ -23,7 +27,7 @@ def verify(*, header: str | None, body: bytes, secret: str, tolerance_seconds: i
         raise InvalidSignature("Webhook secret is not configured; refusing all webhooks.")
     if not header:
         raise InvalidSignature("Missing X-Signature header.")
-    parts = {}
+    parts: dict[str, list[str]] = {}
     for item in header.split(","):
         key, sep, value = item.strip().partition("=")
         if sep:
@@ -35,6 +39,6 @@ def verify(*, header: str | None, body: bytes, secret: str, tolerance_seconds: i
     now = time.time() if now is None else now
     if abs(now - timestamp) > tolerance_seconds:
         raise InvalidSignature("Webhook timestamp outside the allowed window.")
-    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    expected = _digest(secret=secret, timestamp=timestamp, body=body)
     if not any(hmac.compare_digest(expected, candidate) for candidate in parts.get("v1", [])):
         raise InvalidSignature("Webhook signature does not match.")

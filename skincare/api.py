@@ -7,9 +7,11 @@ own status, code and headers (``skincare.errors.DomainError``), so this module i
 import logging
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.authentication import TokenAuthentication
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from skincare.errors import DomainError
@@ -34,6 +36,14 @@ class BearerTokenAuthentication(TokenAuthentication):
     """``Authorization: Bearer <token>``; tokens are issued with ``manage.py issue_token``."""
 
     keyword = "Bearer"
+
+
+def authenticated_customer(request: Request) -> User:
+    """The customer behind a request that passed ``IsAuthenticated`` (typed: never the anonymous user)."""
+    user = request.user
+    if not isinstance(user, User):
+        raise drf_exceptions.NotAuthenticated()
+    return user
 
 
 def error_body(message: str, code: str, **details: Any) -> dict[str, Any]:

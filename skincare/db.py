@@ -4,6 +4,9 @@ import functools
 import logging
 import random
 import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, connection, models, transaction
@@ -18,9 +21,13 @@ RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 BUSY_SQLSTATES = frozenset({"55P03", "57014"})
 
 
-def sqlstate(exc):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a database exception raised through Django, or None."""
-    cause = exc
+    cause: BaseException | None = exc
     while cause is not None:
         code = getattr(cause, "sqlstate", None)
         if code:
@@ -29,13 +36,13 @@ def sqlstate(exc):
     return None
 
 
-def require_transaction():
+def require_transaction() -> None:
     """Refuse to take row locks outside a transaction: in autocommit they would be released at once."""
     if not connection.in_atomic_block:
         raise RuntimeError("row locks must be taken inside transaction.atomic()")
 
 
-def retry_transient(func):
+def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
     """Run a whole ``@transaction.atomic`` service again when PostgreSQL reports a deadlock or serialization
     failure (these can surface at COMMIT, so the retry wraps the entire transaction), and turn lock and
     statement timeouts into :class:`ServiceBusy`. Inside an outer transaction nothing can be retried, so
@@ -43,7 +50,7 @@ def retry_transient(func):
     """
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         attempts = settings.DB_TRANSIENT_RETRIES + 1
         for attempt in range(1, attempts + 1):
             try:
@@ -76,7 +83,7 @@ class TransactionNow(models.Func):
     output_field = models.DateTimeField()
 
 
-def db_now():
+def db_now() -> datetime:
     """The database's clock (``now()``: inside a transaction, the transaction's start time)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
