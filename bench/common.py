@@ -1,4 +1,5 @@
-"""Shared plumbing for ``bench.loadtest`` and ``bench.run``: databases, manage.py, gunicorn, free ports.
+"""Shared plumbing for the bench tools (``bench.loadtest``, ``bench.run`` and its modules, ``bench.djangoctl``,
+``bench.roundtrips``): databases, manage.py, Django setup, gunicorn, free ports.
 
 Every process started here gets an explicit ``DATABASE_URL`` and talks to 127.0.0.1 only.
 """
@@ -14,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any, Self
 from urllib.parse import parse_qs, urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,11 +24,27 @@ RESULTS = ROOT / "bench-results"  # git-ignored
 BENCH_SECRET = "bench-webhook-secret-not-for-production"  # noqa: S105 - a load-test secret for a local server
 
 
-def log(msg):
+def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def server_url(dbname):
+def without_runtime_dir_warning(text: str) -> list[str]:
+    """The lines of a child's output without platformdirs' XDG_RUNTIME_DIR warning (two lines, every process)."""
+    return [line for line in text.splitlines() if "XDG_RUNTIME_DIR" not in line and "user_runtime_dir" not in line]
+
+
+def setup_django_quietly() -> None:
+    """``django.setup()`` with skincare.settings unless set, and warnings silenced (bulk helpers, not tests)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    import warnings
+
+    warnings.simplefilter("ignore")
+    import django
+
+    django.setup()
+
+
+def server_url(dbname: str) -> str:
     """URL of ``dbname`` on the embedded server (started if needed); with DATABASE_URL set, the same server."""
     if os.environ.get("DATABASE_URL"):
         parts = urlparse(os.environ["DATABASE_URL"])
@@ -41,46 +59,46 @@ def server_url(dbname):
     return urlunparse(urlparse(out)._replace(path="/" + dbname))
 
 
-def _admin_conninfo(url):
+def admin_conninfo(url: str) -> str:
+    """The ``postgres`` maintenance database on the server that ``url`` points at."""
     parts = urlparse(url)
     return urlunparse(parts._replace(path="/postgres", scheme="postgresql"))
 
 
-def recreate_database(url):
+def recreate_database(url: str) -> None:
     """Drop and create the database that ``url`` names (a throwaway benchmark database), then migrate."""
     import psycopg
 
     name = urlparse(url).path.lstrip("/")
     if not name.startswith(("skincare_bench", "skincare_loadtest", "skincare_naive")):
         raise SystemExit(f"refusing to drop {name!r}: only skincare_bench*/skincare_loadtest*/skincare_naive*")
-    with psycopg.connect(_admin_conninfo(url), autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     manage(url, "migrate", "--noinput", "-v0")
     manage(url, "load_demo_data")
 
 
-def django_env(url, **extra):
+def django_env(url: str, **extra: Any) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "PAYMENT_WEBHOOK_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING"})
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
 
-def manage(url, *args, check=True, quiet=False):
+def manage(url: str, *args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [PY, "manage.py", *args], cwd=ROOT, env=django_env(url), capture_output=True, text=True, check=False
     )
     if not quiet:
-        for line in (proc.stdout + proc.stderr).splitlines():
-            if "XDG_RUNTIME_DIR" not in line and "return Path(self.user_runtime_dir)" not in line:
-                print("    " + line, flush=True)
+        for line in without_runtime_dir_warning(proc.stdout + proc.stderr):
+            print("    " + line, flush=True)
     if check and proc.returncode != 0:
         raise SystemExit(f"manage.py {' '.join(args)} failed with exit code {proc.returncode}")
     return proc
 
 
-def ctl(url, *args):
+def ctl(url: str, *args: str) -> str:
     """``python -m bench.djangoctl ...`` (bulk helpers that need Django) in a child process."""
     proc = subprocess.run(
         [PY, "-m", "bench.djangoctl", *args], cwd=ROOT, env=django_env(url), capture_output=True, text=True
@@ -91,7 +109,7 @@ def ctl(url, *args):
     return proc.stdout
 
 
-def flash_sale_setup(url, stock):
+def flash_sale_setup(url: str, stock: int) -> int:
     proc = manage(url, "flash_sale_setup", "--stock", str(stock))
     for token in proc.stdout.split():
         if token.startswith("max_order_id="):
@@ -99,7 +117,7 @@ def flash_sale_setup(url, stock):
     raise SystemExit("flash_sale_setup printed no max_order_id")
 
 
-def free_port():
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -108,7 +126,17 @@ def free_port():
 class Gunicorn:
     """One gunicorn master on 127.0.0.1:<free port>; ``stop()`` ends exactly the process it started."""
 
-    def __init__(self, url, *, workers=5, worker_class="sync", threads=1, conn_max_age=60, config=None, extra_env=None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        workers: int = 5,
+        worker_class: str = "sync",
+        threads: int = 1,
+        conn_max_age: int = 60,
+        config: str | None = None,
+        extra_env: dict[str, Any] | None = None,
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.config = config or "skincare/gunicorn.conf.py"
@@ -121,15 +149,15 @@ class Gunicorn:
         self.env = django_env(
             url, HOST="127.0.0.1", PORT=self.port, GUNICORN_LOGLEVEL="warning", **self.settings, **(extra_env or {})
         )
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = RESULTS / f"gunicorn-{self.port}.log"
 
-    def describe(self):
+    def describe(self) -> str:
         s = self.settings
         kind = s["GUNICORN_WORKER_CLASS"] + (f"x{s['GUNICORN_THREADS']}" if s["GUNICORN_THREADS"] != 1 else "")
         return f"{s['WEB_CONCURRENCY']} {kind} workers, DB_CONN_MAX_AGE={s['DB_CONN_MAX_AGE']}, config {self.config}"
 
-    def start(self, timeout=30):
+    def start(self, timeout: float = 30) -> Self:
         RESULTS.mkdir(exist_ok=True)
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -153,7 +181,7 @@ class Gunicorn:
         self.stop()
         raise SystemExit(f"gunicorn did not become ready in {timeout}s; see {self.log_path}")
 
-    def worker_pids(self):
+    def worker_pids(self) -> list[int]:
         import psutil
 
         try:
@@ -161,7 +189,7 @@ class Gunicorn:
         except psutil.NoSuchProcess:
             return []
 
-    def stop(self):
+    def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -173,7 +201,7 @@ class Gunicorn:
             self._log.close()
             self._log = None
 
-    def errors_in_log(self):
+    def errors_in_log(self) -> list[str]:
         """Tracebacks and ERROR lines the workers logged (a 5xx leaves one)."""
         try:
             text = self.log_path.read_text()
@@ -181,19 +209,19 @@ class Gunicorn:
             return []
         return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def write_json(path, data):
+def write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str))
 
 
-def parse_qs_host(url):
+def parse_qs_host(url: str) -> dict[str, str]:
     """The Unix-socket directory (or host) and database name of a postgres URL, for pgbench/psql."""
     parts = urlparse(url)
     query = parse_qs(parts.query)

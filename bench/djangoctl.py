@@ -11,22 +11,14 @@ Every stock change goes through ``inventory.services`` so the ledger stays consi
 import argparse
 import io
 import json
-import os
 import sys
+from collections.abc import Sequence
 from decimal import Decimal
 
-
-def _setup():
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
-    import warnings
-
-    warnings.simplefilter("ignore")
-    import django
-
-    django.setup()
+from bench.common import setup_django_quietly
 
 
-def tokens(count, prefix, out):
+def tokens(count: int, prefix: str, out: str) -> None:
     from django.core.management import call_command
 
     issued = []
@@ -39,7 +31,7 @@ def tokens(count, prefix, out):
     print(f"{len(issued)} tokens written to {out}")
 
 
-def seed_product(product_id, stock, name=None):
+def seed_product(product_id: int, stock: int, name: str | None = None) -> bool:
     from inventory import services
     from inventory.models import Product
 
@@ -55,12 +47,12 @@ def seed_product(product_id, stock, name=None):
     return True
 
 
-def seed_spread(first, count, stock):
+def seed_spread(first: int, count: int, stock: int) -> None:
     created = sum(seed_product(pid, stock) for pid in range(first, first + count))
     print(f"{created} products created ({count - created} already there), ids {first}..{first + count - 1}")
 
 
-def flash_sale_check(product, since_order_id, stock, client_created):
+def flash_sale_check(product: int, since_order_id: int, stock: int, client_created: int | None) -> bool:
     """Units held (reserved or sold) for ``product`` by orders opened since the setup must not exceed the stock."""
     from django.db import connection
 
@@ -82,7 +74,7 @@ def flash_sale_check(product, since_order_id, stock, client_created):
     return ok
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.djangoctl")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("tokens")
@@ -103,7 +95,7 @@ def main(argv=None):
     p.add_argument("--stock", type=int, required=True)
     p.add_argument("--client-created", type=int)
     args = parser.parse_args(argv)
-    _setup()
+    setup_django_quietly()
     if args.cmd == "tokens":
         tokens(args.count, args.prefix, args.out)
     elif args.cmd == "seed-spread":

@@ -23,16 +23,39 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
-from bench.common import BENCH_SECRET, RESULTS, ROOT, Gunicorn, ctl, flash_sale_setup, log, recreate_database
+from bench.common import (
+    BENCH_SECRET,
+    RESULTS,
+    ROOT,
+    Gunicorn,
+    ctl,
+    flash_sale_setup,
+    log,
+    recreate_database,
+    without_runtime_dir_warning,
+)
 from bench.common import server_url as db_url
 
 LOCUST = str(ROOT / ".venv/bin/locust")
 
 
 def run_locust(
-    *, name, base, url, secret, users, classes, run_time, tokens_file, burst=0, stock=1, since_order_id=None
-):
+    *,
+    name: str,
+    base: str,
+    url: str,
+    secret: str,
+    users: int,
+    classes: list[str],
+    run_time: str,
+    tokens_file: Path,
+    burst: int = 0,
+    stock: int = 1,
+    since_order_id: int | None = None,
+) -> dict[str, Any]:
     summary_path = RESULTS / f"loadtest-{name}.json"
     summary_path.unlink(missing_ok=True)
     env = dict(os.environ)
@@ -72,11 +95,7 @@ def run_locust(
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - started
-    out = "\n".join(
-        line
-        for line in (proc.stdout + proc.stderr).splitlines()
-        if "XDG_RUNTIME_DIR" not in line and "user_runtime_dir" not in line
-    )
+    out = "\n".join(without_runtime_dir_warning(proc.stdout + proc.stderr))
     (RESULTS / f"loadtest-{name}.log").write_text(out)
     print(out, flush=True)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"violations": ["no summary written"]}

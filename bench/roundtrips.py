@@ -7,19 +7,15 @@ DATABASE_URL names (use the benchmark database: it creates one order). Every sta
 ``execute_wrapper``; COMMIT/ROLLBACK come from psycopg, so they are counted from the connection's commit hooks.
 """
 
-import os
 import sys
 import time
+from typing import Any
+
+from bench.common import setup_django_quietly
 
 
-def main(argv):
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
-    import warnings
-
-    warnings.simplefilter("ignore")
-    import django
-
-    django.setup()
+def main(argv: list[str]) -> None:
+    setup_django_quietly()
     import json
 
     from django.db import connection
@@ -30,7 +26,7 @@ def main(argv):
     token = Token.objects.select_related("user").first()
     statements = []
 
-    def recorder(execute, sql, params, many, context):
+    def recorder(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         started = time.perf_counter()
         try:
             return execute(sql, params, many, context)

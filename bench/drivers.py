@@ -1,0 +1,160 @@
+"""The load drivers: one scenario run each, sampled (bench.sampling) and summarised as one result dict.
+
+* the limit: pgbench running the checkout transaction as raw SQL (``LIMITS``, ``pgbench_script``, ``run_pgbench``);
+* the stack: wrk + bench/checkout.lua through gunicorn (``STACK``, ``run_wrk``);
+* ``audit``: ``manage.py audit_inventory`` after every run.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, ROOT, manage, parse_qs_host
+from bench.sampling import wait_sampling
+from bench.seeding import HOT, SOLD_OUT, SPREAD_COUNT, SPREAD_FIRST
+from bench.tools import pg_bindir
+
+STACK = ["hot", "spread", "multi", "soldout", "healthz"]
+LIMITS = ["limit-hot", "limit-spread", "limit-hot-seed-order"]
+
+PGBENCH_PRODUCT = {
+    "limit-hot": f"\\set pid {HOT}",
+    "limit-spread": f"\\set pid random({SPREAD_FIRST}, {SPREAD_FIRST + SPREAD_COUNT - 1})",
+}
+PGBENCH_PRODUCT["limit-hot-seed-order"] = PGBENCH_PRODUCT["limit-hot"]
+# The statements payments.services.checkout sends (see docs/benchmarks.md), as one raw-SQL transaction.
+SQL_HEAD = """BEGIN;
+SELECT price, now() AS db_now FROM products WHERE id = :pid AND is_active \\gset
+INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at) VALUES (:cust, 'pending_payment', now() + interval '1800 seconds', :price, now(), now()) RETURNING id AS order_id \\gset
+"""
+SQL_REST = [
+    "INSERT INTO order_lines (order_id, product_id, qty, unit_price) VALUES (:order_id, :pid, 1, :price);",
+    "INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at) VALUES (:order_id, :pid, 1, 'active', now() + interval '1800 seconds', now(), now());",
+    "INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at) VALUES (:order_id, 'pending', :price, '', now(), now());",
+    "INSERT INTO stock_movements (product_id, available_delta, reserved_delta, reason, order_id, note, created_at) VALUES (:pid, -1, 1, 'reserve', :order_id, '', now());",
+]
+SQL_GUARDED_UPDATE = "UPDATE inventories SET available_stock = available_stock - 1, reserved_stock = reserved_stock + 1, version = version + 1, updated_at = now() WHERE product_id = :pid AND available_stock >= 1;"
+
+
+def pgbench_script(name: str, customer_id: int) -> str:
+    rest = [*SQL_REST, SQL_GUARDED_UPDATE]
+    if name == "limit-hot-seed-order":  # the seed's order: the row lock is taken second and held for the rest
+        rest = [SQL_GUARDED_UPDATE, *SQL_REST]
+    return f"{PGBENCH_PRODUCT[name]}\n\\set cust {customer_id}\n{SQL_HEAD}" + "\n".join(rest) + "\nCOMMIT;\n"
+
+
+def wrk_env(mode: str, tokens_file: Path) -> dict[str, str]:
+    """The environment bench/checkout.lua reads: scenario, tokens file, product ids."""
+    return dict(
+        os.environ,
+        BENCH_MODE=mode,
+        BENCH_TOKENS=str(tokens_file),
+        BENCH_PRODUCT=str(SOLD_OUT if mode == "soldout" else HOT),
+        BENCH_SPREAD_FIRST=str(SPREAD_FIRST),
+        BENCH_SPREAD_COUNT=str(SPREAD_COUNT),
+    )
+
+
+def wrk_command(base: str, *, duration: int, connections: int) -> list[str]:
+    return ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "10s", "-s", "bench/checkout.lua", base]
+
+
+def _run_sampled(
+    cmd: list[str], workers: Iterable[int], env: dict[str, str] | None = None
+) -> tuple[int | None, str, dict[str, Any]]:
+    """Run the load generator ``cmd`` to its end while sampling; returns its exit code, output and the resources."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    resources = wait_sampling(proc, workers)
+    assert proc.stdout is not None
+    return proc.returncode, proc.stdout.read(), resources
+
+
+def run_wrk(
+    base: str, mode: str, *, duration: int, connections: int, tokens_file: Path, workers: Iterable[int]
+) -> dict[str, Any]:
+    cmd = wrk_command(base, duration=duration, connections=connections)
+    returncode, out, resources = _run_sampled(cmd, workers, env=wrk_env(mode, tokens_file))
+    match = re.search(r"BENCH_JSON (\{.*\})", out)
+    if returncode != 0 or not match:
+        raise SystemExit(f"wrk failed ({returncode}):\n{out}")
+    raw = json.loads(match.group(1))
+    seconds = raw["duration_us"] / 1e6
+    errors = raw["connect_errors"] + raw["read_errors"] + raw["write_errors"] + raw["timeouts"]
+    ok = raw["s2xx"] + raw["s201"] if mode == "healthz" else raw["s201"]
+    served = raw["requests"] / seconds
+    app_cpu = sum(resources["worker_cpu_pct"]) + resources["postgres_cpu_pct"]  # % of one core
+    resources["cpu_ms_per_request"] = round(10 * app_cpu / served, 2) if served else None
+    return {
+        "kind": "stack",
+        "requests": raw["requests"],
+        "seconds": round(seconds, 2),
+        "ok_per_s": round(ok / seconds, 1),
+        "conflicts_per_s": round(raw["s409"] / seconds, 1),
+        "rps": round(raw["requests"] / seconds, 1),
+        "p50_ms": raw["p50_us"] / 1000,
+        "p95_ms": raw["p95_us"] / 1000,
+        "p99_ms": raw["p99_us"] / 1000,
+        "status_5xx": raw["s5xx"],
+        "status_4xx_other": raw["s4xx"] + raw["sother"],
+        "socket_errors": errors,
+        **resources,
+    }
+
+
+def run_pgbench(url: str, name: str, *, duration: int, connections: int, customer_id: int) -> dict[str, Any]:
+    conn = parse_qs_host(url)
+    script = RESULTS / f"{name}.sql"
+    script.write_text(pgbench_script(name, customer_id))
+    logdir = RESULTS / f"pgbench-{name}"
+    shutil.rmtree(logdir, ignore_errors=True)
+    logdir.mkdir(parents=True)
+    cmd = [
+        str(Path(pg_bindir()) / "pgbench"),
+        "-h", conn["host"], "-p", conn["port"], "-U", conn["user"],
+        "-n", "-M", "prepared", "-c", str(connections), "-j", "2", "-T", str(duration),
+        "-f", str(script), "-l", "--log-prefix", str(logdir / "tx"), conn["dbname"],
+    ]  # fmt: skip
+    returncode, out, resources = _run_sampled(cmd, ())
+    tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
+    if returncode != 0 or not tps:
+        raise SystemExit(f"pgbench failed ({returncode}):\n{out}")
+    failed = re.search(r"number of failed transactions: (\d+)", out)
+    latencies = []
+    for path in logdir.iterdir():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3:
+                latencies.append(int(parts[2]))
+    latencies.sort()
+    pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1000 if latencies else None  # noqa: E731
+    shutil.rmtree(logdir, ignore_errors=True)
+    resources["cpu_ms_per_request"] = round(10 * resources["postgres_cpu_pct"] / float(tps.group(1)), 2)
+    return {
+        "kind": "limit",
+        "requests": len(latencies),
+        "seconds": duration,
+        "ok_per_s": round(float(tps.group(1)), 1),
+        "conflicts_per_s": 0.0,
+        "rps": round(float(tps.group(1)), 1),
+        "p50_ms": pct(0.50),
+        "p95_ms": pct(0.95),
+        "p99_ms": pct(0.99),
+        "status_5xx": 0,
+        "status_4xx_other": 0,
+        "socket_errors": int(failed.group(1)) if failed else 0,
+        **resources,
+    }
+
+
+def audit(url: str) -> bool:
+    """``manage.py audit_inventory``; prints its output when it finds a violation."""
+    proc = manage(url, "audit_inventory", check=False, quiet=True)
+    ok = proc.returncode == 0
+    if not ok:
+        print(proc.stdout + proc.stderr, flush=True)
+    return ok
