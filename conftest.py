@@ -7,8 +7,20 @@ import pytest
 # Close each connection at the end of a request/thread in tests, so live-server threads do not keep
 # connections open when the test database is dropped.
 os.environ.setdefault("DB_CONN_MAX_AGE", "0")
+# Tests restock and re-buy within milliseconds; the sold-out memory (inventory.soldout) is off unless a test turns
+# it on (its own tests, and the flash-sale races that run with it on as in production).
+os.environ.setdefault("SOLD_OUT_CACHE_MS", "0")
 
 _skus = count(1)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sold_out_memory():
+    from inventory import soldout
+
+    soldout.forget_all()
+    yield
+    soldout.forget_all()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from inventory import soldout
 from inventory.exceptions import (
     InventoryCorrupted,
     ProductNotFound,
@@ -24,7 +25,7 @@ from inventory.exceptions import (
     StockWouldGoNegative,
 )
 from inventory.models import Inventory, Product, StockMovement
-from skincare.db import require_transaction
+from skincare.db import CompiledUpdate, require_transaction
 
 Reason = StockMovement.Reason
 
@@ -65,20 +66,52 @@ def _guarded_update(*, product_id: int, guard: dict[str, Any], **changes: Any) -
     )
 
 
+# The reserve ledger rows of a checkout, as a CTE that the order's INSERT statement includes (one statement writes
+# the order, its lines, its reservations, its payment attempt and these rows). ``{source}`` names a CTE of the
+# enclosing statement with the columns (order_id, product_id, qty, at).
+_RESERVE_LEDGER_CTE = """
+reserve_ledger AS (
+    INSERT INTO stock_movements (product_id, available_delta, reserved_delta, reason, order_id, note, created_at)
+    SELECT src.product_id, -src.qty, src.qty, %(ledger_reserve_reason)s, src.order_id, '', src.at
+    FROM {source} AS src
+)"""
+
+
+def stock_reserve_ledger_cte(*, source: str) -> tuple[str, dict[str, Any]]:
+    """The SQL (a CTE) and parameters that append the reserve ledger rows for the rows of ``source``.
+
+    A checkout writes them in the same statement as its order; ``stock_reserve`` then moves the counters.
+    Ledger rows and counters end in the same transaction, so ``audit_inventory`` sees them agree."""
+    return _RESERVE_LEDGER_CTE.format(source=source), {"ledger_reserve_reason": Reason.RESERVE.value}
+
+
+# The single-product reservation: a guarded F-expression update, compiled once per process (skincare.db).
+_reserve_one = CompiledUpdate(
+    lambda product_id, qty: (
+        Inventory.objects.filter(product_id=product_id, available_stock__gte=qty),
+        {
+            "version": F("version") + 1,
+            "updated_at": Now(),
+            "available_stock": F("available_stock") - qty,
+            "reserved_stock": F("reserved_stock") + qty,
+        },
+    ),
+    "product_id",
+    "qty",
+)
+
+
 @transaction.atomic(savepoint=False)
 def stock_reserve(*, quantities: Mapping[int, int], order_id: int) -> None:
     """Move units from available to reserved for one order. ``quantities`` maps product_id to qty.
 
-    Raises :class:`StockConflict` naming every product that is short. The ledger rows are written first
-    and the inventory row lock is taken by the last statements, so the hot row stays locked only for
-    those statements and the COMMIT that follows.
+    The reserve ledger rows must already be written in this transaction (``stock_reserve_ledger_cte``, part
+    of the order's INSERT), so the inventory row locks are taken by the last statements before COMMIT and the
+    hot row stays locked only for those statements and the COMMIT. Raises :class:`StockConflict` naming every
+    product that is short; the caller's transaction (ledger rows included) then rolls back.
     """
     require_transaction()
     product_ids = sorted(quantities)
-    _ledger(
-        rows=[LedgerRow(pid, -quantities[pid], quantities[pid], order_id) for pid in product_ids],
-        reason=Reason.RESERVE,
-    )
     if len(product_ids) > 1:
         # Several rows: lock them all in ascending id order first, so that no two checkouts can each hold
         # one row the other needs, and so that the conflict can name every short product.
@@ -89,18 +122,16 @@ def stock_reserve(*, quantities: Mapping[int, int], order_id: int) -> None:
             .values_list("product_id", "available_stock")
         )
         short = [pid for pid in product_ids if locked.get(pid, 0) < quantities[pid]]
+        for pid in short:
+            soldout.remember_short(pid, available_at_most=locked.get(pid, 0))
         if short:
             raise StockConflict(product_ids=short)
     for pid in product_ids:
         qty = quantities[pid]
         # For a single product this guarded UPDATE is the whole protection: it takes the row lock and
         # re-checks available_stock under it. For several, the rows are already locked above.
-        if not _guarded_update(
-            product_id=pid,
-            guard={"available_stock__gte": qty},
-            available_stock=F("available_stock") - qty,
-            reserved_stock=F("reserved_stock") + qty,
-        ):
+        if not _reserve_one.execute(product_id=pid, qty=qty):
+            soldout.remember_short(pid, available_at_most=qty - 1)
             raise StockConflict(product_ids=[pid])
 
 

@@ -5,8 +5,8 @@ defined in ``orders.locks``: order row → its reservations → inventory rows b
 """
 
 import dataclasses
-from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -14,13 +14,15 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
+from inventory import selectors as inventory_selectors
 from inventory import services as inventory_services
+from inventory import soldout
 from inventory.exceptions import InvalidProduct, StockConflict
-from inventory.models import Product, StockMovement
+from inventory.models import StockMovement
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.locks import lock_active_reservations, lock_due_orders, lock_order
 from orders.models import Order, OrderLine, Reservation
-from skincare.db import TransactionNow, db_now, retry_transient
+from skincare.db import db_now, retry_transient
 from skincare.errors import InvalidInput
 
 
@@ -38,70 +40,82 @@ def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
     return quantities
 
 
-# Order, lines and reservation rows in one statement: one round trip instead of three, and no ORM
-# compilation on the hot path (see docs/benchmarks.md for the measurement).
+# One statement writes the order, its lines, its reservation rows and the reserve ledger rows (and whatever the
+# caller adds, e.g. the payment attempt): one round trip instead of five, no ORM compilation on the hot path
+# (docs/benchmarks.md has the measurement). ``now()`` is the transaction's start time, so the order's deadline and
+# every reservation's ``expires_at`` are the same value, by the database's clock.
 _INSERT_ORDER_SQL = """
 WITH new_order AS (
     INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at)
-    VALUES (%(customer_id)s, %(order_status)s, %(deadline)s, %(total)s, statement_timestamp(), statement_timestamp())
-    RETURNING id, created_at
+    VALUES (%(customer_id)s, %(order_status)s, now() + make_interval(secs => %(ttl_seconds)s), %(total)s,
+            statement_timestamp(), statement_timestamp())
+    RETURNING id, total, created_at, payment_expires_at
 ), line_rows AS (
     SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[])
         AS line(product_id, qty, unit_price)
 ), new_lines AS (
     INSERT INTO order_lines (order_id, product_id, qty, unit_price)
     SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line_rows AS line
+), reserve_source AS (
+    SELECT new_order.id AS order_id, line.product_id, line.qty, new_order.created_at AS at
+    FROM new_order, line_rows AS line
 ), new_reservations AS (
     INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at)
-    SELECT new_order.id, line.product_id, line.qty, %(reservation_status)s, %(deadline)s, new_order.created_at, new_order.created_at
+    SELECT new_order.id, line.product_id, line.qty, %(reservation_status)s, new_order.payment_expires_at,
+           new_order.created_at, new_order.created_at
     FROM new_order, line_rows AS line
-)
-SELECT id, created_at FROM new_order
+), {ctes}
+SELECT id, created_at, payment_expires_at FROM new_order
 """
+
+# A CTE fragment of the order's INSERT statement and its parameters. Fragments may read ``new_order`` (id, total,
+# created_at, payment_expires_at), ``line_rows`` (product_id, qty, unit_price) and ``reserve_source``.
+CteFragment = tuple[str, dict[str, Any]]
 
 
 @transaction.atomic(savepoint=False)
-def order_open(*, customer: User, quantities: Mapping[int, int]) -> Order:
-    """Insert a ``pending_payment`` order with its lines and its (not yet backed) reservation rows.
+def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Sequence[CteFragment] = ()) -> Order:
+    """Insert a ``pending_payment`` order with its lines, its (not yet backed) reservation rows and their reserve
+    ledger rows, in one statement; ``also_insert`` adds the caller's rows to that statement (checkout adds the
+    payment attempt). The caller must back the reservations with ``order_reserve_stock`` in the same transaction.
 
-    No row lock is taken here. The deadline comes from the database clock: ``now()`` is the transaction's
-    start time, so the order's ``payment_expires_at`` and every reservation's ``expires_at`` are the same
-    value. The caller must back the reservations with ``order_reserve_stock`` in the same transaction.
-
-    A product that is visibly short already (an unlocked read) is refused here, before anything is
-    written: a sold-out flood then costs one cheap query per request. This read can only turn a request
-    away early; the guarded UPDATE in ``stock_reserve`` stays the protection for every request that passes.
+    No row lock is taken here. A product that is visibly short already is refused before anything is written:
+    first from this worker's memory of products it just saw sold out (``inventory.soldout``, at most 250 ms old,
+    no query at all), then by one unlocked read of prices and available stock. Both can only turn a request away
+    early; the guarded UPDATE in ``stock_reserve`` stays the protection for every request that passes.
     """
-    rows = list(
-        Product.objects.filter(pk__in=quantities, is_active=True)
-        .annotate(db_now=TransactionNow())  # the database clock, read in the same round trip as the prices
-        .values_list("pk", "price", "db_now", "inventory__available_stock")
-    )
-    prices = {pk: price for pk, price, _now, _available in rows}
-    missing = sorted(set(quantities) - set(prices))
+    remembered = soldout.known_short(quantities)
+    if remembered:
+        raise StockConflict(product_ids=remembered)
+    quotes = inventory_selectors.product_quotes(product_ids=list(quantities))
+    missing = sorted(set(quantities) - set(quotes))
     if missing:
         raise InvalidProduct(product_ids=missing)
-    short = sorted(pk for pk, _price, _now, available in rows if (available or 0) < quantities[pk])
+    short = sorted(pid for pid, quote in quotes.items() if quote.available < quantities[pid])
     if short:
+        for pid in short:
+            soldout.remember_short(pid, available_at_most=quotes[pid].available)
         raise StockConflict(product_ids=short)
-    deadline = rows[0][2] + timedelta(seconds=settings.RESERVATION_TTL_SECONDS)
     product_ids = sorted(quantities)
-    total = sum(prices[pid] * quantities[pid] for pid in product_ids)
+    prices = {pid: quotes[pid].price for pid in product_ids}
+    total = sum((prices[pid] * quantities[pid] for pid in product_ids), Decimal(0))
+    ledger_cte, ledger_params = inventory_services.stock_reserve_ledger_cte(source="reserve_source")
+    fragments = [(ledger_cte, ledger_params), *also_insert]
+    params: dict[str, Any] = {
+        "customer_id": customer.pk,
+        "order_status": Order.Status.PENDING_PAYMENT.value,
+        "reservation_status": Reservation.Status.ACTIVE.value,
+        "ttl_seconds": settings.RESERVATION_TTL_SECONDS,
+        "total": total,
+        "product_ids": product_ids,
+        "qtys": [quantities[pid] for pid in product_ids],
+        "prices": [prices[pid] for pid in product_ids],
+    }
+    for _sql, fragment_params in fragments:
+        params.update(fragment_params)
     with connection.cursor() as cursor:
-        cursor.execute(
-            _INSERT_ORDER_SQL,
-            {
-                "customer_id": customer.pk,
-                "order_status": Order.Status.PENDING_PAYMENT.value,
-                "reservation_status": Reservation.Status.ACTIVE.value,
-                "deadline": deadline,
-                "total": total,
-                "product_ids": product_ids,
-                "qtys": [quantities[pid] for pid in product_ids],
-                "prices": [prices[pid] for pid in product_ids],
-            },
-        )
-        order_id, created_at = cursor.fetchone()
+        cursor.execute(_INSERT_ORDER_SQL.format(ctes=", ".join(sql.strip() for sql, _ in fragments)), params)
+        order_id, created_at, deadline = cursor.fetchone()
     order = Order(
         pk=order_id,
         customer=customer,

@@ -24,6 +24,18 @@ EVENT_TYPES = (EVENT_SUCCEEDED, EVENT_FAILED)
 Outcome = ProcessedEvent.Outcome
 
 
+# The order's pending payment attempt, written by the order's INSERT statement (see orders.services.order_open).
+_PAYMENT_ATTEMPT_CTE = (
+    """
+new_payment_attempt AS (
+    INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at)
+    SELECT new_order.id, %(payment_attempt_status)s, new_order.total, '', new_order.created_at, new_order.created_at
+    FROM new_order
+)""",
+    {"payment_attempt_status": PaymentAttempt.Status.PENDING.value},
+)
+
+
 @retry_transient
 @transaction.atomic
 def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> Order:
@@ -31,11 +43,10 @@ def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> Order:
     from the database clock), create its payment attempt, then reserve the stock. The stock UPDATE is the
     last statement before COMMIT, so the inventory row lock is held for as short a time as possible.
 
-    ``items`` is a sequence of (product_id, qty). Raises ProductNotFound, StockConflict, InvalidInput.
+    ``items`` is a sequence of (product_id, qty). Raises InvalidProduct, StockConflict, InvalidInput.
     """
     quantities = order_services.merge_quantities(items)
-    order = order_services.order_open(customer=customer, quantities=quantities)
-    PaymentAttempt.objects.create(order=order, amount=order.total)
+    order = order_services.order_open(customer=customer, quantities=quantities, also_insert=[_PAYMENT_ATTEMPT_CTE])
     order_services.order_reserve_stock(order=order, quantities=quantities)
     return order
 

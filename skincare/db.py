@@ -6,7 +6,7 @@ import random
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import OperationalError, connection, models, transaction
@@ -91,3 +91,73 @@ def db_now() -> datetime:
 
 
 __all__ = ["TransactionNow", "db_now", "require_transaction", "retry_transient", "sqlstate", "transaction"]
+
+
+class CompiledUpdate:
+    """An ORM ``QuerySet.update()`` compiled to SQL once per process, then executed with new values.
+
+    The statement is still defined with the ORM (filters, guards, ``F()`` expressions), so it reads like every
+    other update here and follows model changes; only the compilation (about a quarter of a millisecond of
+    Python per call) leaves the hot path. ``build(**slots)`` must return ``(queryset, changes)`` for the
+    update; it is called once with a distinct sentinel integer per slot, and the compiled parameters are
+    mapped back to slot names, so a slot may appear several times (a guard and a ``SET``). Every compiled
+    parameter must be either a slot or a constant that does not depend on the slots.
+    """
+
+    # Sentinels stand in for the slots while compiling. They must be ordinary in-range values for the columns they
+    # meet: Django rewrites some lookups by value (an integer comparison with a number outside the column's range
+    # compiles to TRUE or FALSE). The statement is compiled with two different sentinel sets and must come out the
+    # same both times, so a value-dependent compilation is refused instead of cached.
+    _SENTINEL_SETS = ((1_000_003, 1_000_033, 1_000_037, 1_000_039), (2_000_003, 2_000_029, 2_000_039, 2_000_081))
+
+    def __init__(self, build: Callable[..., tuple[Any, dict[str, Any]]], *slots: str) -> None:
+        if len(slots) > len(self._SENTINEL_SETS[0]):
+            raise ValueError("too many slots")
+        self._build = build
+        self._slots = slots
+        self._compiled: tuple[str, list[tuple[str | None, Any]]] | None = None
+
+    def _compile_with(self, sentinels: tuple[int, ...]) -> tuple[str, list[tuple[str | None, Any]]]:
+        from django.db.models.sql import UpdateQuery
+
+        values = dict(zip(self._slots, sentinels, strict=False))
+        queryset, changes = self._build(**values)
+        query = queryset.query.chain(UpdateQuery)
+        query.add_update_values(changes)
+        query.annotations = {}
+        sql: str
+        sql, params = query.get_compiler(queryset.db).as_sql()
+        by_value = {value: name for name, value in values.items()}
+        # A slot keeps the parameter type Django chose for it (psycopg's Int4 for an integer column, ...).
+        mapped: list[tuple[str | None, Any]] = [
+            (by_value[p], type(p)) if isinstance(p, int) and not isinstance(p, bool) and p in by_value else (None, p)
+            for p in params
+        ]
+        missing = set(self._slots) - {name for name, _ in mapped if name}
+        if missing:
+            raise ValueError(f"slots {sorted(missing)} do not appear in the compiled statement")
+        return sql, mapped
+
+    def _compile(self) -> tuple[str, list[tuple[str | None, Any]]]:
+        first = self._compile_with(self._SENTINEL_SETS[0])
+        second = self._compile_with(self._SENTINEL_SETS[1])
+        same_constants = [c for n, c in first[1] if n is None] == [c for n, c in second[1] if n is None]
+        if first[0] != second[0] or [n for n, _ in first[1]] != [n for n, _ in second[1]] or not same_constants:
+            raise ValueError(f"the statement depends on the slot values and cannot be compiled once: {first[0]}")
+        return first
+
+    @property
+    def sql(self) -> str:
+        if self._compiled is None:
+            self._compiled = self._compile()
+        return self._compiled[0]
+
+    def execute(self, **values: Any) -> int:
+        """Run the update with ``values`` for the slots; returns the number of rows changed."""
+        if self._compiled is None:
+            self._compiled = self._compile()
+        sql, mapped = self._compiled
+        params = [kind(values[name]) if name else kind for name, kind in mapped]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount

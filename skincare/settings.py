@@ -118,6 +118,8 @@ REST_FRAMEWORK = {
 RESERVATION_TTL_SECONDS = env.int("RESERVATION_TTL_SECONDS", default=1800)
 CHECKOUT_MAX_ITEMS = env.int("CHECKOUT_MAX_ITEMS", default=20)
 CHECKOUT_MAX_QTY = env.int("CHECKOUT_MAX_QTY", default=100)
+# How long a worker remembers a product it saw sold out and refuses it without a query (ms, at most 250; 0 = off).
+SOLD_OUT_CACHE_MS = env.int("SOLD_OUT_CACHE_MS", default=250)
 # How often a transaction that lost a deadlock or serialization race is retried from the start.
 DB_TRANSIENT_RETRIES = env.int("DB_TRANSIENT_RETRIES", default=3)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
