@@ -9,17 +9,16 @@ from rest_framework.views import APIView
 
 from inventory import selectors
 from inventory.exceptions import ProductNotFound
-from inventory.models import Product
+from inventory.selectors import ProductView
 
 
-def product_data(product: Product) -> dict[str, Any]:
-    inventory = getattr(product, "inventory", None)
+def product_data(product: ProductView) -> dict[str, Any]:
     return {
-        "id": product.pk,
+        "id": product.id,
         "sku": product.sku,
         "name": product.name,
         "price": str(product.price),
-        "available_stock": inventory.available_stock if inventory else 0,
+        "available_stock": product.available_stock,
     }
 
 

@@ -2,18 +2,39 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from django.db import connection
-from django.db.models import QuerySet
-
-from inventory.models import Product
 
 
-def product_list() -> QuerySet[Product]:
-    """Active products with their stock counters, in id order (one query)."""
-    return Product.objects.filter(is_active=True).select_related("inventory").order_by("pk")
+class ProductView(NamedTuple):
+    """A product as the public API shows it."""
+
+    id: int
+    sku: str
+    name: str
+    price: Decimal
+    available_stock: int
 
 
-def product_get(*, product_id: int) -> Product | None:
-    return product_list().filter(pk=product_id).first()
+# Fixed statements: a product read is one round trip and no ORM compilation (docs/benchmarks.md).
+_PRODUCTS_SQL = """
+SELECT p.id, p.sku, p.name, p.price, COALESCE(i.available_stock, 0)
+FROM products p LEFT JOIN inventories i ON i.product_id = p.id
+WHERE p.is_active
+"""
+
+
+def product_list() -> list[ProductView]:
+    """Active products with their available stock, in id order (one query)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PRODUCTS_SQL + " ORDER BY p.id")
+        return [ProductView(*row) for row in cursor.fetchall()]
+
+
+def product_get(*, product_id: int) -> ProductView | None:
+    """One active product, or None when it does not exist or is not for sale."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PRODUCTS_SQL + " AND p.id = %s", [product_id])
+        row = cursor.fetchone()
+    return ProductView(*row) if row else None
 
 
 class Quote(NamedTuple):

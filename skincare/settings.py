@@ -31,15 +31,17 @@ INSTALLED_APPS = [
     "payments",
 ]
 
+# The browser-only ones (skincare.middleware) run for the admin and the sandbox page and are skipped on the JSON
+# API and the probes, where they do nothing useful (measured in docs/benchmarks.md).
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "skincare.middleware.SessionMiddleware",
+    "skincare.middleware.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "skincare.middleware.AuthenticationMiddleware",
+    "skincare.middleware.MessageMiddleware",
+    "skincare.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "skincare.urls"
@@ -111,6 +113,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "skincare.api.exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "skincare.api.JsonOnlyNegotiation",
     "UNAUTHENTICATED_USER": None,
 }
 

@@ -1,0 +1,50 @@
+"""Middleware plumbing. The JSON API (``/v1/`` and the probes) needs none of the browser middleware: sessions,
+messages, the authentication middleware (DRF authenticates by token), clickjacking headers, APPEND_SLASH
+redirects. ``browser_only(M)`` runs middleware ``M`` for browser pages (the admin, the sandbox payment page) and
+skips it on API paths, which saves about 0.05 ms of Python per API request (docs/benchmarks.md).
+
+Only middleware that work entirely in ``__call__`` (``process_request``/``process_response``) can be wrapped:
+hooks that Django collects from the middleware instance (``process_view``, ``process_exception``,
+``process_template_response``) would still run on API paths, so such classes are refused. CSRF and security
+middleware stay in the chain for every path.
+"""
+
+from django.http import HttpRequest, HttpResponseBase
+
+API_PREFIXES = ("/v1/", "/healthz", "/readyz", "/metrics")
+BROWSER_PAGES_UNDER_API = ("/v1/payments/sandbox/",)
+HIDDEN_HOOKS = ("process_view", "process_exception", "process_template_response")
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith(API_PREFIXES) and not path.startswith(BROWSER_PAGES_UNDER_API)
+
+
+def browser_only(middleware_class: type) -> type:
+    hidden = [hook for hook in HIDDEN_HOOKS if hasattr(middleware_class, hook)]
+    if hidden:
+        raise TypeError(f"{middleware_class.__name__} has {hidden}: it cannot be skipped per path by a wrapper")
+
+    class BrowserOnly(middleware_class):  # type: ignore[valid-type,misc]
+        """A subclass, so that Django's admin checks still find the middleware they require."""
+
+        def __call__(self, request: HttpRequest) -> HttpResponseBase:
+            if is_api_path(request.path_info):
+                return self.get_response(request)
+            return super().__call__(request)
+
+    BrowserOnly.__name__ = BrowserOnly.__qualname__ = f"BrowserOnly{middleware_class.__name__}"
+    return BrowserOnly
+
+
+def _browser(path: str) -> type:
+    from django.utils.module_loading import import_string
+
+    return browser_only(import_string(path))
+
+
+SessionMiddleware = _browser("django.contrib.sessions.middleware.SessionMiddleware")
+CommonMiddleware = _browser("django.middleware.common.CommonMiddleware")
+AuthenticationMiddleware = _browser("django.contrib.auth.middleware.AuthenticationMiddleware")
+MessageMiddleware = _browser("django.contrib.messages.middleware.MessageMiddleware")
+XFrameOptionsMiddleware = _browser("django.middleware.clickjacking.XFrameOptionsMiddleware")
