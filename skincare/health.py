@@ -1,25 +1,32 @@
 import logging
 
 from django.db import connection
-from django.http import JsonResponse
+from django.http import HttpRequest, JsonResponse
+
+from skincare.api import error_body
+from skincare.errors import DatabaseUnavailable
 
 logger = logging.getLogger(__name__)
 
 
-def healthz(request):
+def healthz(request: HttpRequest) -> JsonResponse:
     """The process is up (no database access: a liveness probe must not fail because the database is slow)."""
     return JsonResponse({"status": "ok"})
 
 
-def readyz(request):
-    """The database answers."""
+def readyz(request: HttpRequest) -> JsonResponse:
+    """The database answers. Otherwise 503 ``database_unavailable`` with ``Retry-After``, like every endpoint."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
     except Exception:
         logger.exception("readiness check failed")
-        return JsonResponse(
-            {"status": "unavailable", "code": "database_unavailable", "error": "Database unreachable."}, status=503
+        error = DatabaseUnavailable()
+        response = JsonResponse(
+            {"status": "unavailable", **error_body(error.message, error.code)}, status=error.http_status
         )
+        for name, value in error.headers.items():
+            response[name] = value
+        return response
     return JsonResponse({"status": "ok"})

@@ -7,9 +7,18 @@ Only middleware that work entirely in ``__call__`` (``process_request``/``proces
 hooks that Django collects from the middleware instance (``process_view``, ``process_exception``,
 ``process_template_response``) would still run on API paths, so such classes are refused. CSRF and security
 middleware stay in the chain for every path.
+
+Two middleware must hold for every URL, DRF views or not: the body size limit (``RequestBodyLimitMiddleware``)
+and JSON errors for plain views, including the answer to a database outage (DRF views answer outages through
+``skincare.api.exception_handler``).
 """
 
-from django.http import HttpRequest, HttpResponseBase
+from collections.abc import Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+
+from skincare.api import domain_error_json, outage_error, payload_too_large_body
 
 API_PREFIXES = ("/v1/", "/healthz", "/readyz", "/metrics")
 BROWSER_PAGES_UNDER_API = ("/v1/payments/sandbox/",)
@@ -48,3 +57,38 @@ CommonMiddleware = _browser("django.middleware.common.CommonMiddleware")
 AuthenticationMiddleware = _browser("django.contrib.auth.middleware.AuthenticationMiddleware")
 MessageMiddleware = _browser("django.contrib.messages.middleware.MessageMiddleware")
 XFrameOptionsMiddleware = _browser("django.middleware.clickjacking.XFrameOptionsMiddleware")
+
+
+class RequestBodyLimitMiddleware:
+    """Refuse a body whose declared length is over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 413
+    ``payload_too_large`` before anything reads it. (Django enforces that limit only when ``request.body`` is
+    read; DRF's JSON parser reads the stream itself and would parse a body of any size.)"""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0  # Django reads no body at all when the header is not a number
+        if limit is not None and length > limit:
+            return JsonResponse(payload_too_large_body(), status=413)
+        return self.get_response(request)
+
+
+class DatabaseUnavailableMiddleware:
+    """A plain Django view (readyz, admin, sandbox) that meets a database outage answers 503
+    ``database_unavailable`` with ``Retry-After`` instead of a 500. An outage raised by a middleware (the
+    session or user lookup) never reaches a view; ``handler500`` (``skincare.api.server_error``) answers it."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        outage = outage_error(exception)
+        return None if outage is None else domain_error_json(outage)

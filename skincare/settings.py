@@ -34,6 +34,8 @@ INSTALLED_APPS = [
 # The browser-only ones (skincare.middleware) run for the admin and the sandbox page and are skipped on the JSON
 # API and the probes, where they do nothing useful (measured in docs/benchmarks.md).
 MIDDLEWARE = [
+    "skincare.middleware.RequestBodyLimitMiddleware",
+    "skincare.middleware.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "skincare.middleware.SessionMiddleware",
@@ -45,6 +47,9 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "skincare.urls"
+# Largest request body accepted (bytes); a larger one is refused with 413 payload_too_large before it is read.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("REQUEST_MAX_BODY_BYTES", default=2_621_440)
+CSRF_FAILURE_VIEW = "skincare.api.csrf_failure"
 WSGI_APPLICATION = "skincare.wsgi.application"
 
 TEMPLATES = [
@@ -111,7 +116,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["skincare.api.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["skincare.api.JSONParser"],
     "EXCEPTION_HANDLER": "skincare.api.exception_handler",
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "skincare.api.JsonOnlyNegotiation",
     "UNAUTHENTICATED_USER": None,

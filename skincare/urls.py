@@ -5,6 +5,8 @@ from django.urls import include, path
 
 from skincare import health
 
+handler400 = "skincare.api.bad_request"
+handler403 = "skincare.api.permission_denied"
 handler404 = "skincare.api.not_found"
 handler500 = "skincare.api.server_error"
 

@@ -2,9 +2,11 @@ import signal
 import threading
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 from orders import selectors, services
+from skincare.db import is_connection_failure
+from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
 
 
 class Command(BaseCommand):
@@ -41,7 +43,15 @@ class Command(BaseCommand):
                 previous_handlers[sig] = signal.signal(sig, request_stop)
         try:
             while True:
-                self.sweep(batch_size=batch_size, stop=stop)
+                try:
+                    self.sweep(batch_size=batch_size, stop=stop)
+                except (DomainError, DatabaseError) as exc:
+                    error = self.retryable(exc)
+                    if not loop:
+                        # Exit code 1. Every batch is one transaction: what committed is done, the rest is due
+                        # again and the next run finishes it.
+                        raise CommandError(f"expire_reservations: {error.message} ({error.code})") from exc
+                    self.stderr.write(f"expire_reservations: {error.message} ({error.code}); next sweep in {interval}s")
                 if not loop or stop.wait(interval):
                     break
                 close_old_connections()
@@ -50,6 +60,15 @@ class Command(BaseCommand):
                 signal.signal(sig, handler)
         if loop:
             self.stdout.write("expire_reservations: stopped")
+
+    @staticmethod
+    def retryable(exc: Exception) -> DomainError:
+        """The busy or unavailable error that ``exc`` stands for; anything else is a bug and is raised."""
+        if isinstance(exc, (ServiceBusy, DatabaseUnavailable)):
+            return exc
+        if isinstance(exc, DatabaseError) and is_connection_failure(exc):
+            return DatabaseUnavailable()
+        raise exc
 
     def sweep(self, *, batch_size, stop):
         """Run batches until nothing is due (or a stop was asked for, after the current batch)."""
