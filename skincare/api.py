@@ -11,8 +11,8 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import HttpRequest, JsonResponse
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import parsers
 from rest_framework.authentication import TokenAuthentication
@@ -142,6 +142,11 @@ def outage_error(exc: BaseException) -> DomainError | None:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, DomainError):
         return domain_error_response(exc)
+    # As DRF's own handler does: Django's 404 and 403 (e.g. ``?format=`` naming no renderer) are API errors.
+    if isinstance(exc, Http404):
+        exc = drf_exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = drf_exceptions.PermissionDenied()
     outage = outage_error(exc)
     if outage is not None:  # e.g. the token lookup of authentication, outside any service
         return domain_error_response(outage)

@@ -14,11 +14,12 @@ and JSON errors for plain views, including the answer to a database outage (DRF 
 """
 
 from collections.abc import Callable
+from http import HTTPStatus
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from skincare.api import domain_error_json, outage_error, payload_too_large_body
+from skincare.api import domain_error_json, error_body, outage_error, payload_too_large_body
 
 API_PREFIXES = ("/v1/", "/healthz", "/readyz", "/metrics")
 BROWSER_PAGES_UNDER_API = ("/v1/payments/sandbox/",)
@@ -78,16 +79,38 @@ class RequestBodyLimitMiddleware:
         return self.get_response(request)
 
 
-class DatabaseUnavailableMiddleware:
-    """A plain Django view (readyz, admin, sandbox) that meets a database outage answers 503
-    ``database_unavailable`` with ``Retry-After`` instead of a 500. An outage raised by a middleware (the
-    session or user lookup) never reaches a view; ``handler500`` (``skincare.api.server_error``) answers it."""
+# Codes for the empty error responses Django builds itself (405 of a class-based view, for one).
+STATUS_CODES = {
+    400: "bad_request",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+}
+
+
+class JsonErrorsMiddleware:
+    """Errors of plain Django views (readyz, admin, sandbox) are JSON too.
+
+    A database outage in a view answers 503 ``database_unavailable`` with ``Retry-After`` instead of a 500 (an
+    outage raised by a middleware, such as the session or user lookup, never reaches a view: ``handler500``,
+    ``skincare.api.server_error``, answers it the same way). An error response that Django built without a body
+    (405 from a class-based view) gets the JSON error body."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        response = self.get_response(request)
+        if 400 <= response.status_code < 500 and not response.streaming and not response.content:
+            code = STATUS_CODES.get(response.status_code, "error")
+            message = HTTPStatus(response.status_code).phrase + "."
+            replacement = JsonResponse(error_body(message, code), status=response.status_code)
+            for name in ("Allow", "Retry-After", "WWW-Authenticate"):
+                if name in response:
+                    replacement[name] = response[name]
+            return replacement
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         outage = outage_error(exception)

@@ -35,7 +35,7 @@ INSTALLED_APPS = [
 # API and the probes, where they do nothing useful (measured in docs/benchmarks.md).
 MIDDLEWARE = [
     "skincare.middleware.RequestBodyLimitMiddleware",
-    "skincare.middleware.DatabaseUnavailableMiddleware",
+    "skincare.middleware.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "skincare.middleware.SessionMiddleware",
