@@ -7,9 +7,11 @@ threads race on must be committed.
 """
 
 import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db import connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from orders.audit import audit_inventory
 
@@ -66,3 +68,73 @@ def make_overdue(order):
             "UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = %s",
             [order.pk],
         )
+
+
+class ThreadRun:
+    """A function running on its own thread with its own database connection (closed when it ends)."""
+
+    def __init__(self, func: Callable[[], object], *, name: str = "fault-worker") -> None:
+        self.outcome = Outcome(0)
+
+        def target() -> None:
+            try:
+                self.outcome.value = func()
+            except BaseException as exc:
+                self.outcome.error = exc
+            finally:
+                connections.close_all()
+
+        self.thread = threading.Thread(target=target, name=name, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float = 60) -> Outcome:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise AssertionError(f"{self.thread.name} still running after {timeout}s")
+        return self.outcome
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float = 30, what: str = "condition") -> object:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds. For conditions no
+    event can signal (another process's state, a server coming up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def backends(where: str, params: Sequence[object] = ()) -> list[int]:
+    """Pids of the other client backends of this database matching ``where`` (SQL over pg_stat_activity), read
+    on a connection of its own (a snapshot inside a caller's transaction would never change)."""
+    conn = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                f"AND backend_type = 'client backend' AND ({where}) ORDER BY pid",
+                list(params),
+            )
+            return [row[0] for row in cursor.fetchall()]
+    finally:
+        conn.close()
+
+
+def lock_waiters() -> list[int]:
+    """Backends currently waiting for a heavyweight lock (a row lock, for the tests here)."""
+    return backends("wait_event_type = 'Lock'")
+
+
+def wait_for_lock_waiters(count: int, *, timeout: float = 30) -> list[int]:
+    """Wait until at least ``count`` other backends wait for a lock; returns their pids."""
+    found: list[int] = []
+
+    def enough() -> bool:
+        found[:] = lock_waiters()
+        return len(found) >= count
+
+    wait_until(enough, timeout=timeout, what=f"{count} backends waiting for a lock")
+    return found
