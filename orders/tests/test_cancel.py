@@ -1,5 +1,7 @@
 """Customer cancel: ``POST /v1/orders/{id}/cancel`` and its race with the sweeper."""
 
+import threading
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -139,8 +141,37 @@ def test_cancel_needs_a_token(order):
 # Cancel racing the sweeper
 
 
+class CancelOrSweeperFirst:
+    """Test-only hooks: in a ``cancel`` round the sweeper starts only once the cancel holds the order row (it
+    must skip it); in a ``sweeper`` round the cancel asks for the row only once the sweeper has claimed it; in a
+    ``free`` round they race."""
+
+    def __init__(self, monkeypatch):
+        self.real_lock_order, self.real_lock_due = order_services.lock_order, order_services.lock_due_orders
+        monkeypatch.setattr(order_services, "lock_order", self.lock_order)
+        monkeypatch.setattr(order_services, "lock_due_orders", self.lock_due_orders)
+        self.start("free")
+
+    def start(self, first):
+        self.first, self.cancel_holds, self.sweeper_claimed = first, threading.Event(), threading.Event()
+
+    def lock_order(self, **kwargs):
+        if self.first == "sweeper":
+            assert self.sweeper_claimed.wait(timeout=60)
+        order = self.real_lock_order(**kwargs)
+        self.cancel_holds.set()
+        return order
+
+    def lock_due_orders(self, **kwargs):
+        if self.first == "cancel":
+            assert self.cancel_holds.wait(timeout=60)
+        rows = self.real_lock_due(**kwargs)
+        self.sweeper_claimed.set()
+        return rows
+
+
 @pytest.mark.django_db(transaction=True)
-def test_cancel_racing_the_sweeper_releases_each_reservation_once(make_product, make_customer):
+def test_cancel_racing_the_sweeper_releases_each_reservation_once(make_product, make_customer, monkeypatch):
     products = [make_product(stock=100) for _ in range(3)]
     customers = [make_customer() for _ in range(30)]
     orders = [
@@ -154,8 +185,11 @@ def test_cancel_racing_the_sweeper_releases_each_reservation_once(make_product, 
         except OrderNotPending:
             return "not_pending"
 
+    hooks = CancelOrSweeperFirst(monkeypatch)
+    plan = ["cancel", "sweeper", "free"]
     results = []
     for i, order in enumerate(orders):  # one round per order: its cancel and a sweeper batch, released together
+        hooks.start(plan[i % 3])
         make_overdue(order)
         both = run_concurrently(
             2, lambda j, i=i, order=order: cancel(order, customers[i]) if j == 0 else order_services.orders_expire_due()
@@ -163,11 +197,16 @@ def test_cancel_racing_the_sweeper_releases_each_reservation_once(make_product, 
         assert [o.error for o in both if o.error] == []
         results.append((both[0].value, both[1].value.orders))
 
-    for customer_result, swept in results:
+    for i, (customer_result, swept) in enumerate(results):
         # Exactly one of the two closed the order; the other saw it closed.
         assert (customer_result, swept) in {("customer_cancelled", 0), ("not_pending", 1)}
+        if plan[i % 3] != "free":
+            assert (customer_result, swept) == {"cancel": ("customer_cancelled", 0), "sweeper": ("not_pending", 1)}[
+                plan[i % 3]
+            ]
     by_customer = sum(1 for r, _ in results if r == "customer_cancelled")
     print(f"\ncancel vs sweeper: {by_customer} cancelled by the customer, {30 - by_customer} by the sweeper")
+    assert by_customer >= 10 and 30 - by_customer >= 10  # both outcomes happened
     for i, order in enumerate(orders):
         order.refresh_from_db()
         reasons = set(

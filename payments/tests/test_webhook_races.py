@@ -16,7 +16,7 @@ from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt, ProcessedEvent
 from payments.tests.test_webhook import SECRET, deliver, event
-from skincare.testing import assert_invariants, run_concurrently
+from skincare.testing import assert_invariants, run_concurrently, wait_for_lock_waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,10 +126,58 @@ def set_deadline(order, offset_ms):
     return deadline
 
 
-def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer):
+FIRST = ["payment", "sweeper", "free"]
+
+
+class DeadlineRaceOrder:
+    """Test-only hooks that decide who takes the order row first in a round: ``payment`` (it holds the row while
+    the sweeper runs, so the sweeper must skip it and the payment decides by the deadline), ``sweeper`` (it has
+    claimed the due order before the payment asks for the row), or ``free`` (a plain race)."""
+
+    def __init__(self, monkeypatch):
+        self.real_lock_order = services.lock_order
+        self.real_lock_due = order_services.lock_due_orders
+        monkeypatch.setattr(services, "lock_order", self.lock_order)
+        monkeypatch.setattr(order_services, "lock_due_orders", self.lock_due_orders)
+        self.start("free")
+
+    def start(self, first):
+        self.first = first
+        self.locked, self.claimed, self.sweeper_done = threading.Event(), threading.Event(), threading.Event()
+
+    def lock_order(self, **kwargs):  # the payment's lock
+        if self.first == "sweeper":
+            assert self.claimed.wait(timeout=60)
+        order = self.real_lock_order(**kwargs)
+        if self.first == "payment":
+            self.locked.set()
+            assert self.sweeper_done.wait(timeout=60)  # the sweeper ran while this row was held
+        return order
+
+    def lock_due_orders(self, **kwargs):  # the sweeper's claim
+        rows = self.real_lock_due(**kwargs)
+        if self.first == "sweeper":
+            self.claimed.set()
+            if rows:
+                wait_for_lock_waiters(1)  # the payment now waits for the claimed row
+        return rows
+
+    def sweep(self):
+        if self.first == "payment":
+            assert self.locked.wait(timeout=60)
+        try:
+            return order_services.orders_expire_due(batch_size=10).orders
+        finally:
+            self.sweeper_done.set()
+
+
+def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer, monkeypatch):
+    """Every deadline offset is run with the payment first, the sweeper first and a free race, so both outcomes
+    (and both ways of cancelling) happen on every run; a payment after the deadline is always caught."""
     products = [make_product(stock=200, price="2.00"), make_product(stock=200, price="3.00")]
     initial = dict.fromkeys(products, 200)
-    rounds = 32
+    rounds = len(DEADLINE_OFFSETS_MS) * len(FIRST) * 2
+    hooks = DeadlineRaceOrder(monkeypatch)
     orders = [
         services.checkout(customer=customer, items=[(products[0].pk, 1 + i % 3), (products[1].pk, 2)])
         for i in range(rounds)
@@ -138,6 +186,8 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer):
 
     for i, order in enumerate(orders):
         offset_ms = DEADLINE_OFFSETS_MS[i % len(DEADLINE_OFFSETS_MS)]
+        first = FIRST[(i // len(DEADLINE_OFFSETS_MS)) % len(FIRST)]
+        hooks.start(first)
         deadline = set_deadline(order, offset_ms)
 
         def race(j, order=order, i=i):
@@ -149,7 +199,7 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer):
                     amount=order.total,
                     provider_reference=f"ch_{i}",
                 )
-            return order_services.orders_expire_due(batch_size=10).orders
+            return hooks.sweep()
 
         payment, sweeper = run_concurrently(2, race)
 
@@ -168,6 +218,7 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer):
             assert ledger(order, "expire") == []
             assert offset_ms > -1000  # a window closed a second ago never takes a payment
             tally["paid"] += 1
+            outcome = "paid"
         else:
             assert (order.status, order.cancel_reason) == ("cancelled", "payment_timeout")
             assert payment.value == "refund_required"
@@ -182,9 +233,18 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer):
             # statement time, never earlier than the transaction time that the decision was made by.)
             assert order.updated_at >= deadline
             assert processed.processed_at >= deadline or sweeper.value == 1
-            tally["cancelled by the sweeper" if sweeper.value else "cancelled by the late payment"] += 1
+            outcome = "cancelled by the sweeper" if sweeper.value else "cancelled by the late payment"
+            tally[outcome] += 1
+        # The clear cases end the same way every time, whoever goes first.
+        if offset_ms == 30000:
+            assert outcome == "paid"
+        elif offset_ms == -1000 and first == "payment":
+            assert (outcome, sweeper.value) == ("cancelled by the late payment", 0)  # skipped, not waited for
+        elif offset_ms == -1000 and first == "sweeper":
+            assert outcome == "cancelled by the sweeper"
 
     print(f"\npayment vs sweeper at the deadline over {rounds} rounds: {tally}")
+    assert all(tally.values()), tally  # all three outcomes happened
     # The -1 s rounds can only end cancelled and the +30 s rounds only paid: both outcomes were exercised.
     assert tally["paid"] >= rounds // len(DEADLINE_OFFSETS_MS)
     assert tally["cancelled by the sweeper"] + tally["cancelled by the late payment"] >= rounds // len(
@@ -199,7 +259,29 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer):
 # The customer's cancel against the payment
 
 
-def test_customer_cancel_racing_payment(make_product, make_customer):
+class LockFirst:
+    """Test-only hooks around the order lock of the cancel and of the payment: for an order planned ``cancel`` or
+    ``payment``, the other side asks for the row only once the planned winner holds it; unplanned orders race
+    freely."""
+
+    def __init__(self, monkeypatch, plan):
+        self.plan = plan
+        self.held = {order_id: threading.Event() for order_id in plan}
+        real_cancel_lock, real_payment_lock = order_services.lock_order, services.lock_order
+        monkeypatch.setattr(order_services, "lock_order", lambda **kw: self.lock("cancel", real_cancel_lock, **kw))
+        monkeypatch.setattr(services, "lock_order", lambda **kw: self.lock("payment", real_payment_lock, **kw))
+
+    def lock(self, side, real, **kwargs):
+        winner = self.plan.get(kwargs["order_id"])
+        if winner is not None and winner != side:
+            assert self.held[kwargs["order_id"]].wait(timeout=60)
+        order = real(**kwargs)
+        if winner == side:
+            self.held[kwargs["order_id"]].set()
+        return order
+
+
+def test_customer_cancel_racing_payment(make_product, make_customer, monkeypatch):
     products = [make_product(stock=100, price="9.00"), make_product(stock=100, price="1.50")]
     initial = dict.fromkeys(products, 100)
     customers = [make_customer() for _ in range(30)]
@@ -207,6 +289,10 @@ def test_customer_cancel_racing_payment(make_product, make_customer):
         services.checkout(customer=customers[i], items=[(products[0].pk, 1), (products[1].pk, 1 + i % 4)])
         for i in range(30)
     ]
+    # A third of the orders with the cancel first, a third with the payment first, a third racing freely: both
+    # outcomes happen on every run.
+    plan = {order.pk: ["cancel", "payment"][k % 3] for k, order in enumerate(orders) if k % 3 < 2}
+    LockFirst(monkeypatch, plan)
 
     def act(i):
         order = orders[i // 2]
@@ -238,6 +324,7 @@ def test_customer_cancel_racing_payment(make_product, make_customer):
             assert attempt.status == "refund_required"
             assert ledger(order, "cancel") == [(pid, qty, -qty) for pid, qty in lines]
             assert ledger(order, "consume") == []
+            assert plan.get(order.pk, "cancel") == "cancel"
             won["cancel"] += 1
         else:
             # The payment won; the cancel is told honestly that the order is no longer pending.
@@ -248,9 +335,11 @@ def test_customer_cancel_racing_payment(make_product, make_customer):
             assert attempt.status == "succeeded"
             assert ledger(order, "consume") == [(pid, 0, -qty) for pid, qty in lines]
             assert ledger(order, "cancel") == []
+            assert plan.get(order.pk, "payment") == "payment"
             won["payment"] += 1
     print(f"\ncancel vs payment: {won}")
     assert sum(won.values()) == 30
+    assert won["cancel"] >= 10 and won["payment"] >= 10, won  # both outcomes happened
     assert_units_conserved(initial)
     assert_invariants()
 
