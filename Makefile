@@ -14,13 +14,14 @@ PORT ?= 8000
 DEMO_ENV := PAYMENT_SANDBOX=$${PAYMENT_SANDBOX:-true} \
 	PAYMENT_WEBHOOK_SECRET=$${PAYMENT_WEBHOOK_SECRET:-demo-webhook-secret-not-for-production}
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench clean browser-deps
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench mutate clean browser-deps
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT)"
 	@echo "make test   - set up, start the database, lint, run the whole test suite"
 	@echo "make stop   - stop the embedded PostgreSQL"
 	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
+	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
 
 $(STAMP): requirements.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
@@ -83,6 +84,10 @@ loadtest: demo
 
 bench: demo
 	$(PY) -m bench.run
+
+# Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
+mutate: db
+	$(PY) -m bench.mutate $(MUTATIONS)
 
 clean: stop
 	rm -rf .data staticfiles

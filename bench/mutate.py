@@ -1,0 +1,234 @@
+"""``make mutate``: remove each protection in turn, in a scratch copy of the tree, and check that the tests see it.
+
+For every mutation below: copy the tree (without .venv, .data, .git) to a temporary directory, apply the textual
+change (the original text must be found exactly once, so a refactor cannot silently disable a mutation), run the
+tests that guard that protection with this checkout's venv against the running embedded PostgreSQL (or
+``DATABASE_URL``) under a test database of its own, and expect them to FAIL. The unmutated copy must pass the
+same tests first. Exit code 0 only when every mutation turned the suite red. See docs/reliability.md.
+
+    python -m bench.mutate            # all mutations
+    python -m bench.mutate skip-locked retry-set-empty   # some of them
+"""
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+IGNORE = shutil.ignore_patterns(
+    ".venv",
+    ".data",
+    ".git",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "staticfiles",
+    "bench-results",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    what: str
+    path: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = [
+    Mutation(
+        "skip-locked",
+        "the sweeper's claim waits for held orders (SKIP LOCKED dropped)",
+        "orders/locks.py",
+        "FOR NO KEY UPDATE SKIP LOCKED",
+        "FOR NO KEY UPDATE",
+        ("orders/tests/test_sweeper_faults.py::test_sweeper_skips_an_order_someone_holds_without_waiting",),
+    ),
+    Mutation(
+        "retry-set-empty",
+        "deadlocks and serialization failures are not retried (RETRYABLE_SQLSTATES emptied)",
+        "skincare/db.py",
+        'RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})',
+        "RETRYABLE_SQLSTATES = frozenset()",
+        (
+            "payments/tests/test_faults.py::test_a_deadlocked_checkout_is_retried_and_succeeds",
+            "payments/tests/test_faults.py::test_a_serialization_failure_is_retried_from_the_start",
+        ),
+    ),
+    Mutation(
+        "no-retry-checkout",
+        "retry_transient removed from checkout",
+        "payments/services.py",
+        "@retry_transient\n@transaction.atomic\ndef checkout(",
+        "@transaction.atomic\ndef checkout(",
+        (
+            "payments/tests/test_faults.py::test_a_deadlocked_checkout_is_retried_and_succeeds",
+            "payments/tests/test_faults.py::test_lock_timeout_on_checkout_is_503_busy_and_writes_nothing",
+        ),
+    ),
+    Mutation(
+        "no-retry-cancel",
+        "retry_transient removed from cancel",
+        "orders/services.py",
+        "@retry_transient\n@transaction.atomic\ndef order_cancel(",
+        "@transaction.atomic\ndef order_cancel(",
+        ("payments/tests/test_faults.py::test_lock_timeout_on_cancel_is_503_busy_and_writes_nothing",),
+    ),
+    Mutation(
+        "no-retry-sweeper",
+        "retry_transient removed from the sweeper",
+        "orders/services.py",
+        "@retry_transient\n@transaction.atomic\ndef orders_expire_due(",
+        "@transaction.atomic\ndef orders_expire_due(",
+        (
+            "orders/tests/test_sweeper_faults.py::test_sweeper_lock_timeout_is_busy_and_writes_nothing",
+            "orders/tests/test_sweeper_faults.py::test_sweeper_command_reports_busy_with_exit_code_1",
+        ),
+    ),
+    Mutation(
+        "adjust-read-then-write",
+        "stock_adjust reads the figure and writes an absolute value",
+        "inventory/services.py",
+        'available_stock=F("available_stock") + delta,',
+        "available_stock=Inventory.objects.get(product_id=product_id).available_stock + delta,",
+        ("payments/tests/test_faults.py::test_stock_adjust_racing_a_checkout_keeps_the_reservation",),
+    ),
+    Mutation(
+        "pay-after-deadline",
+        "the webhook pays without checking the deadline by the database clock",
+        "payments/services.py",
+        "elif order.status == Order.Status.PENDING_PAYMENT and db_now() < order.payment_expires_at:",
+        "elif order.status == Order.Status.PENDING_PAYMENT:",
+        ("payments/tests/test_webhook_races.py::test_payment_at_the_deadline_racing_the_sweeper",),
+    ),
+    Mutation(
+        "outage-is-500",
+        "connection failures are not recognised (outage answers 500)",
+        "skincare/db.py",
+        'return code is None or code.startswith("08") or code in UNAVAILABLE_SQLSTATES',
+        "return False",
+        ("payments/tests/test_faults.py::test_checkout_connection_killed_after_its_first_statements_is_a_clean_503",),
+    ),
+    Mutation(
+        "no-body-limit",
+        "the request body limit middleware lets everything through",
+        "skincare/middleware.py",
+        "if limit is not None and length > limit:",
+        "if False:",
+        ("skincare/tests/test_fuzz.py::test_a_body_over_the_limit_is_413_payload_too_large_and_changes_nothing",),
+    ),
+    Mutation(
+        "deep-json-500",
+        "RecursionError from deeply nested JSON is not caught",
+        "skincare/api.py",
+        "        except RecursionError:\n",
+        "        except ZeroDivisionError:\n",
+        ("skincare/tests/test_fuzz.py::test_any_checkout_body_from_a_customer_is_never_a_5xx",),
+    ),
+    Mutation(
+        "nul-token",
+        "tokens are looked up without refusing impossible keys (NUL → database error)",
+        "skincare/api.py",
+        "if len(key) > self.max_key_length or not key.isprintable():",
+        "if False:",
+        ("skincare/tests/test_fuzz.py::test_any_header_value_on_authenticated_endpoints_is_never_a_5xx",),
+    ),
+    Mutation(
+        "no-guarded-reserve",
+        "the stock reservation's guard (available_stock >= qty) dropped",
+        "inventory/services.py",
+        'guard={"available_stock__gte": qty},',
+        "guard={},",
+        (
+            "payments/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
+        ),
+    ),
+]
+
+
+def database_url() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    sys.path.insert(0, str(BASE_DIR))
+    from skincare import devdb
+
+    found = devdb.url()
+    if not found:
+        raise SystemExit("the embedded PostgreSQL is not running: run `make db` first (or set DATABASE_URL)")
+    return found
+
+
+def copy_tree(target: Path) -> None:
+    shutil.copytree(BASE_DIR, target, ignore=IGNORE)
+
+
+def apply(root: Path, mutation: Mutation) -> None:
+    path = root / mutation.path
+    text = path.read_text()
+    found = text.count(mutation.original)
+    if found != 1:
+        raise SystemExit(f"{mutation.name}: expected the original text once in {mutation.path}, found {found}")
+    path.write_text(text.replace(mutation.original, mutation.replacement))
+
+
+def run_tests(root: Path, tests: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    python = BASE_DIR / ".venv" / "bin" / "python"
+    command = [str(python if python.exists() else sys.executable), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    return subprocess.run([*command, *tests], cwd=root, env=env, capture_output=True, text=True, check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.mutate")
+    parser.add_argument("names", nargs="*", help="only these mutations")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTATIONS if not args.names or m.name in args.names]
+    unknown = set(args.names) - {m.name for m in MUTATIONS}
+    if unknown:
+        raise SystemExit(f"unknown mutations: {sorted(unknown)}")
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DATABASE_TEST_NAME": f"test_skincare_mutate_{os.getpid()}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="skincare-mutate-") as tmp:
+        baseline = Path(tmp) / "baseline"
+        copy_tree(baseline)
+        all_tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        result = run_tests(baseline, all_tests, env)
+        if result.returncode != 0:
+            print(result.stdout[-3000:], result.stderr[-3000:])
+            raise SystemExit("the unmutated tree does not pass the mutation tests: fix that first")
+        print(f"baseline: {len(all_tests)} tests green")
+        for mutation in chosen:
+            root = Path(tmp) / mutation.name
+            copy_tree(root)
+            apply(root, mutation)
+            started = time.monotonic()
+            result = run_tests(root, mutation.tests, env)
+            seconds = time.monotonic() - started
+            red = result.returncode != 0
+            print(f"{'RED  (caught)' if red else 'GREEN (MISSED)'} {mutation.name}: {mutation.what} [{seconds:.1f}s]")
+            if not red:
+                failures.append(mutation.name)
+            shutil.rmtree(root, ignore_errors=True)
+    if failures:
+        print(f"mutations the tests did not catch: {failures}")
+        return 1
+    print(f"all {len(chosen)} mutations turned the tests red")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
