@@ -6,7 +6,7 @@ own status, code and headers (``skincare.errors.DomainError``), so this module i
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
 from django.conf import settings
@@ -79,7 +79,7 @@ class JSONParser(parsers.JSONParser):
     (``RecursionError``, not a ``ValueError``) or deeper than ``MAX_JSON_DEPTH`` is a 400, not a 500."""
 
     def parse(
-        self, stream: IO[bytes], media_type: str | None = None, parser_context: dict[str, Any] | None = None
+        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
     ) -> Any:
         try:
             data = super().parse(stream, media_type, parser_context)
