@@ -14,7 +14,7 @@ PORT ?= 8000
 DEMO_ENV := PAYMENT_SANDBOX=$${PAYMENT_SANDBOX:-true} \
 	PAYMENT_WEBHOOK_SECRET=$${PAYMENT_WEBHOOK_SECRET:-demo-webhook-secret-not-for-production}
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench clean browser-deps
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout clean browser-deps pgbouncer-deps
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT)"
@@ -65,15 +65,29 @@ browser-deps:
 		fi; \
 	fi
 
-test: db lint browser-deps
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
-		$(PY) -m pytest $(PYTEST_ARGS); \
-	elif [ -n "$$CI" ]; then \
-		echo "CI: chromium/chromedriver are required for the ops browser test and could not be installed"; exit 1; \
-	else \
-		echo "WARNING: chromium/chromedriver not found, the ops browser test is NOT run (apt-get install chromium chromium-driver)"; \
-		$(PY) -m pytest -m "not browser" $(PYTEST_ARGS); \
+# The PgBouncer tests need Debian's pgbouncer (1.18+), installed here as root like chromium. Without root and
+# without it, those tests are deselected with a loud warning; under CI (CI set) they are required.
+pgbouncer-deps:
+	@if ! command -v pgbouncer >/dev/null 2>&1 && ! test -x /usr/sbin/pgbouncer; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing pgbouncer for the PgBouncer tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; \
+		fi; \
 	fi
+
+test: db lint browser-deps pgbouncer-deps
+	@deselect=""; \
+	if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		if [ -n "$$CI" ]; then echo "CI: chromium/chromedriver are required for the ops browser test and could not be installed"; exit 1; fi; \
+		echo "WARNING: chromium/chromedriver not found, the ops browser test is NOT run (apt-get install chromium chromium-driver)"; \
+		deselect="not browser"; \
+	fi; \
+	if ! command -v pgbouncer >/dev/null 2>&1 && ! test -x /usr/sbin/pgbouncer; then \
+		if [ -n "$$CI" ]; then echo "CI: pgbouncer is required for the PgBouncer tests and could not be installed"; exit 1; fi; \
+		echo "WARNING: pgbouncer not found, the PgBouncer tests are NOT run (apt-get install pgbouncer)"; \
+		deselect="$${deselect:+$$deselect and }not pgbouncer"; \
+	fi; \
+	if [ -n "$$deselect" ]; then $(PY) -m pytest -m "$$deselect" $(PYTEST_ARGS); else $(PY) -m pytest $(PYTEST_ARGS); fi
 
 stop: setup
 	$(PY) -m skincare.devdb stop
