@@ -6,7 +6,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from orders.api import order_data
-from payments import services, signing
+from payments import schemas, services, signing
 from skincare import metrics, validation
 from skincare.api import authenticated_customer
 from skincare.errors import InvalidInput
@@ -21,6 +21,7 @@ class CheckoutApi(InstrumentedAPIView):
     latency_histogram = metrics.CHECKOUT_LATENCY
     success_outcome = "created"
 
+    @schemas.CHECKOUT
     def post(self, request):
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
         order = services.checkout(customer=authenticated_customer(request), items=items)
@@ -108,6 +109,7 @@ class PaymentWebhookApi(InstrumentedAPIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
+    @schemas.WEBHOOK
     def post(self, request):
         body = request.body
         signing.verify(
