@@ -60,8 +60,9 @@ def web(bouncer: pgbouncer.PgBouncer, django_db_blocker: pytest.FixtureRequest) 
         yield server
     finally:
         server.stop()
-        bouncer_errors = server.errors_in_log()
-        assert bouncer_errors == [], bouncer_errors
+        # The lock-timeout test's 503 is expected (django.request logs every 5xx); nothing else may be there.
+        unexpected = [line for line in server.errors_in_log() if '"status_code": 503' not in line]
+        assert unexpected == [], unexpected
 
 
 def test_pgbouncer_refuses_the_libpq_options_startup_parameter(bouncer: pgbouncer.PgBouncer) -> None:

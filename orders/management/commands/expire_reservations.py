@@ -40,11 +40,14 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         if interval < 0:
             raise CommandError("--interval must not be negative")
+        metrics_server = None
         if metrics_port:
             from prometheus_client import start_http_server
 
-            server, _thread = start_http_server(metrics_port, addr=metrics_addr, registry=metrics.registry())
-            self.stdout.write(f"expire_reservations: metrics on http://{metrics_addr}:{server.server_port}/metrics")
+            metrics_server, _thread = start_http_server(metrics_port, addr=metrics_addr, registry=metrics.registry())
+            self.stdout.write(
+                f"expire_reservations: metrics on http://{metrics_addr}:{metrics_server.server_port}/metrics"
+            )
         stop = stop_event if stop_event is not None else threading.Event()
         previous_handlers = {}
         if loop and threading.current_thread() is threading.main_thread():
@@ -66,6 +69,9 @@ class Command(BaseCommand):
         finally:
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
         if loop:
             self.stdout.write("expire_reservations: stopped")
 
