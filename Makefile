@@ -21,6 +21,8 @@ help:
 	@echo "make test   - set up, start the database, lint, run the whole test suite"
 	@echo "make stop   - stop the embedded PostgreSQL"
 	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
+	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
+	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
 $(STAMP): requirements.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
@@ -97,6 +99,14 @@ loadtest: demo
 
 bench: demo
 	$(PY) -m bench.run
+
+# PostgreSQL → PgBouncer (transaction mode) → 2 gunicorn instances + 2 sweepers, flash sale + mixed load across both.
+scaleout: db pgbouncer-deps
+	$(PY) -m bench.scaleout
+
+# Connection handling matrix: persistent connections vs Django's psycopg pool, with and without PgBouncer.
+bench-conn: db pgbouncer-deps
+	$(PY) -m bench.connmatrix
 
 clean: stop
 	rm -rf .data staticfiles
