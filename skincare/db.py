@@ -18,9 +18,6 @@ from skincare.errors import ServiceBusy
 logger = logging.getLogger(__name__)
 slow_logger = logging.getLogger("skincare.db.slow")
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
 # A transaction that lost a deadlock or a serialization race can simply be run again from the start.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 # Waited too long for a lock or a statement: the caller should come back later (503 + Retry-After).

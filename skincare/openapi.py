@@ -11,18 +11,22 @@ from rest_framework import serializers
 class ErrorSerializer(serializers.Serializer):
     """``{"error": "<for humans>", "code": "<stable code>", ...details}``"""
 
-    error = serializers.CharField(help_text="A message for humans; may change.")
-    code = serializers.CharField(help_text="A stable machine-readable code; see each response's description.")
-    fields = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
-        required=False,
-        help_text="400 only: the problems per field (`items[0]`, `qty`, ...).",
-    )
-    product_ids = serializers.ListField(
-        child=serializers.IntegerField(),
-        required=False,
-        help_text="409 stock_conflict / 422 invalid_product: every product that caused it.",
-    )
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # Declared here rather than as class attributes: a field called ``fields`` would shadow Serializer.fields.
+        return {
+            "error": serializers.CharField(help_text="A message for humans; may change."),
+            "code": serializers.CharField(help_text="A stable machine-readable code; see each response's description."),
+            "fields": serializers.DictField(
+                child=serializers.ListField(child=serializers.CharField()),
+                required=False,
+                help_text="400 only: the problems per field (`items[0]`, `qty`, ...).",
+            ),
+            "product_ids": serializers.ListField(
+                child=serializers.IntegerField(),
+                required=False,
+                help_text="409 stock_conflict / 422 invalid_product: every product that caused it.",
+            ),
+        }
 
 
 def error(description: str, *codes: str) -> OpenApiResponse:
