@@ -42,6 +42,7 @@ def sqlstate(exc: BaseException) -> str | None:
 # Both settings in ONE statement, and transaction-local (``is_local = true`` is ``SET LOCAL``): they end with the
 # transaction, so nothing leaks into the next client of a server connection behind a transaction-mode pooler
 # (PgBouncer), where the libpq ``options`` startup parameter is refused (1.18) or silently dropped.
+SAVEPOINT_SQL = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
 TIMEOUTS_SQL = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
 
 
@@ -65,7 +66,9 @@ class _TimeoutsOnFirstStatement:
         self.applied = False
 
     def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
-        if not self.applied and context["connection"].in_atomic_block:
+        # Savepoint bookkeeping (an outer transaction) is not the service's first statement: a service that ends up
+        # sending nothing (e.g. a sold-out refusal from memory) must not pay for the timeouts either.
+        if not self.applied and context["connection"].in_atomic_block and not sql.startswith(SAVEPOINT_SQL):
             self.applied = True  # first, so the statement below passes through this wrapper untouched
             context["cursor"].execute(TIMEOUTS_SQL, list(transaction_timeouts()))
         return execute(sql, params, many, context)

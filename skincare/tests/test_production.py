@@ -71,6 +71,8 @@ out["proxied"] = [r.status_code, r.get("Strict-Transport-Security")]
 r = c.get("/healthz", HTTP_HOST="shop.example")
 out["healthz"] = r.status_code
 out["cookies"] = [settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE]
+r = c.get("/admin/login/", HTTP_HOST="shop.example", HTTP_X_FORWARDED_PROTO="https")
+out["admin_frame"] = r.get("X-Frame-Options")
 print(json.dumps(out))
 """
 
@@ -89,6 +91,7 @@ def test_https_behind_a_proxy_hsts_and_secure_cookies() -> None:
     assert seen["proxied"][1] == "max-age=31536000; includeSubDomains; preload"
     assert seen["healthz"] == 200  # probes are exempt from the HTTPS redirect
     assert seen["cookies"] == [True, True]
+    assert seen["admin_frame"] == "DENY"  # the browser-only XFrameOptionsMiddleware (security.W002 is silenced)
 
 
 # ---------------------------------------------------------------------------------------------------------------
