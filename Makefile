@@ -14,7 +14,7 @@ PORT ?= 8000
 DEMO_ENV := PAYMENT_SANDBOX=$${PAYMENT_SANDBOX:-true} \
 	PAYMENT_WEBHOOK_SECRET=$${PAYMENT_WEBHOOK_SECRET:-demo-webhook-secret-not-for-production}
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench mutate clean browser-deps
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout mutate clean browser-deps pgbouncer-deps
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT)"
@@ -22,6 +22,8 @@ help:
 	@echo "make stop   - stop the embedded PostgreSQL"
 	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
+	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
+	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
 $(STAMP): requirements.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
@@ -66,15 +68,29 @@ browser-deps:
 		fi; \
 	fi
 
-test: db lint browser-deps
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
-		$(PY) -m pytest $(PYTEST_ARGS); \
-	elif [ -n "$$CI" ]; then \
-		echo "CI: chromium/chromedriver are required for the ops browser test and could not be installed"; exit 1; \
-	else \
-		echo "WARNING: chromium/chromedriver not found, the ops browser test is NOT run (apt-get install chromium chromium-driver)"; \
-		$(PY) -m pytest -m "not browser" $(PYTEST_ARGS); \
+# The PgBouncer tests need Debian's pgbouncer (1.18+), installed here as root like chromium. Without root and
+# without it, those tests are deselected with a loud warning; under CI (CI set) they are required.
+pgbouncer-deps:
+	@if ! command -v pgbouncer >/dev/null 2>&1 && ! test -x /usr/sbin/pgbouncer; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing pgbouncer for the PgBouncer tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; \
+		fi; \
 	fi
+
+test: db lint browser-deps pgbouncer-deps
+	@deselect=""; \
+	if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+		if [ -n "$$CI" ]; then echo "CI: chromium/chromedriver are required for the ops browser test and could not be installed"; exit 1; fi; \
+		echo "WARNING: chromium/chromedriver not found, the ops browser test is NOT run (apt-get install chromium chromium-driver)"; \
+		deselect="not browser"; \
+	fi; \
+	if ! command -v pgbouncer >/dev/null 2>&1 && ! test -x /usr/sbin/pgbouncer; then \
+		if [ -n "$$CI" ]; then echo "CI: pgbouncer is required for the PgBouncer tests and could not be installed"; exit 1; fi; \
+		echo "WARNING: pgbouncer not found, the PgBouncer tests are NOT run (apt-get install pgbouncer)"; \
+		deselect="$${deselect:+$$deselect and }not pgbouncer"; \
+	fi; \
+	if [ -n "$$deselect" ]; then $(PY) -m pytest -m "$$deselect" $(PYTEST_ARGS); else $(PY) -m pytest $(PYTEST_ARGS); fi
 
 stop: setup
 	$(PY) -m skincare.devdb stop
@@ -88,6 +104,14 @@ bench: demo
 # Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
 mutate: db
 	$(PY) -m bench.mutate $(MUTATIONS)
+
+# PostgreSQL → PgBouncer (transaction mode) → 2 gunicorn instances + 2 sweepers, flash sale + mixed load across both.
+scaleout: db pgbouncer-deps
+	$(PY) -m bench.scaleout
+
+# Connection handling matrix: persistent connections vs Django's psycopg pool, with and without PgBouncer.
+bench-conn: db pgbouncer-deps
+	$(PY) -m bench.connmatrix
 
 clean: stop
 	rm -rf .data staticfiles

@@ -207,7 +207,9 @@ class Gunicorn:
             text = self.log_path.read_text()
         except OSError:
             return []
-        return [line for line in text.splitlines() if "Traceback" in line or " ERROR " in line]
+        return [
+            line for line in text.splitlines() if "Traceback" in line or " ERROR " in line or '"level": "ERROR"' in line
+        ]
 
     def __enter__(self) -> Self:
         return self.start()

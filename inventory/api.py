@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inventory import selectors
+from inventory import schemas, selectors
 from inventory.exceptions import ProductNotFound
 from inventory.selectors import ProductView
 
@@ -26,6 +26,7 @@ class ProductListApi(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
+    @schemas.PRODUCT_LIST
     def get(self, request: Request) -> Response:
         return Response({"products": [product_data(p) for p in selectors.product_list()]})
 
@@ -34,6 +35,7 @@ class ProductDetailApi(APIView):
     authentication_classes = []
     permission_classes = [AllowAny]
 
+    @schemas.PRODUCT_DETAIL
     def get(self, request: Request, product_id: int) -> Response:
         product = selectors.product_get(product_id=product_id)
         if product is None:

@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orders import selectors, services
+from orders import schemas, selectors, services
 from orders.exceptions import OrderNotFound
 from orders.models import Order, OrderLine
 from orders.payment_links import payment_url
@@ -32,6 +32,7 @@ def order_data(request: HttpRequest, order: Order, lines: Iterable[OrderLine]) -
 
 
 class OrderDetailApi(APIView):
+    @schemas.ORDER_DETAIL
     def get(self, request: Request, order_id: int) -> Response:
         order = selectors.order_get_for_customer(order_id=order_id, customer=authenticated_customer(request))
         if order is None:
@@ -40,6 +41,7 @@ class OrderDetailApi(APIView):
 
 
 class OrderCancelApi(APIView):
+    @schemas.ORDER_CANCEL
     def post(self, request: Request, order_id: int) -> Response:
         customer = authenticated_customer(request)
         services.order_cancel(order_id=order_id, customer=customer)

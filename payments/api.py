@@ -4,18 +4,24 @@ from decimal import Decimal, InvalidOperation
 from django.conf import settings
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from orders.api import order_data
-from payments import services, signing
-from skincare import validation
+from payments import schemas, services, signing
+from skincare import metrics, validation
 from skincare.api import authenticated_customer
 from skincare.errors import InvalidInput
+from skincare.monitoring import InstrumentedAPIView
 
 logger = logging.getLogger(__name__)
 
 
-class CheckoutApi(APIView):
+class CheckoutApi(InstrumentedAPIView):
+    outcome_counter = metrics.CHECKOUT_REQUESTS
+    allowed_outcomes = metrics.CHECKOUT_OUTCOMES
+    latency_histogram = metrics.CHECKOUT_LATENCY
+    success_outcome = "created"
+
+    @schemas.CHECKOUT
     def post(self, request):
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
         order = services.checkout(customer=authenticated_customer(request), items=items)
@@ -93,12 +99,17 @@ def parse_webhook(data):
     }
 
 
-class PaymentWebhookApi(APIView):
+class PaymentWebhookApi(InstrumentedAPIView):
     """Signed gateway callback. The signature is checked on the raw body before anything is parsed."""
+
+    outcome_counter = metrics.PAYMENT_WEBHOOK_EVENTS
+    allowed_outcomes = metrics.WEBHOOK_OUTCOMES
+    success_outcome_field = "status"
 
     authentication_classes = []
     permission_classes = [AllowAny]
 
+    @schemas.WEBHOOK
     def post(self, request):
         body = request.body
         signing.verify(

@@ -1,5 +1,5 @@
 """Database helpers shared by every app: the transaction guard, transient-error retries, outage detection,
-the database clock."""
+per-transaction timeouts, the database clock."""
 
 import functools
 import logging
@@ -12,9 +12,11 @@ from typing import Any, ParamSpec, TypeVar
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, models, transaction
 
+from skincare import metrics
 from skincare.errors import DatabaseUnavailable, ServiceBusy
 
 logger = logging.getLogger(__name__)
+slow_logger = logging.getLogger("skincare.db.slow")
 
 # A transaction that lost a deadlock or a serialization race can simply be run again from the start.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
@@ -49,6 +51,41 @@ def is_connection_failure(exc: BaseException) -> bool:
     return code is None or code.startswith("08") or code in UNAVAILABLE_SQLSTATES
 
 
+# Both settings in ONE statement, and transaction-local (``is_local = true`` is ``SET LOCAL``): they end with the
+# transaction, so nothing leaks into the next client of a server connection behind a transaction-mode pooler
+# (PgBouncer), where the libpq ``options`` startup parameter is refused (1.18) or silently dropped.
+SAVEPOINT_SQL = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
+TIMEOUTS_SQL = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
+
+
+def transaction_timeouts() -> tuple[str, str]:
+    """The ``(lock_timeout, statement_timeout)`` values (milliseconds, as text) for a service transaction."""
+    return str(settings.DB_LOCK_TIMEOUT_MS), str(settings.DB_STATEMENT_TIMEOUT_MS)
+
+
+def set_transaction_timeouts() -> None:
+    """``SET LOCAL lock_timeout/statement_timeout`` for the current transaction (one round trip)."""
+    require_transaction()
+    with connection.cursor() as cursor:
+        cursor.execute(TIMEOUTS_SQL, list(transaction_timeouts()))
+
+
+class _TimeoutsOnFirstStatement:
+    """A Django execute wrapper that sends :data:`TIMEOUTS_SQL` right before the first statement that runs inside
+    the transaction, so every ``retry_transient`` service gets its bounds without a line of its own."""
+
+    def __init__(self) -> None:
+        self.applied = False
+
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        # Savepoint bookkeeping (an outer transaction) is not the service's first statement: a service that ends up
+        # sending nothing (e.g. a sold-out refusal from memory) must not pay for the timeouts either.
+        if not self.applied and context["connection"].in_atomic_block and not sql.startswith(SAVEPOINT_SQL):
+            self.applied = True  # first, so the statement below passes through this wrapper untouched
+            context["cursor"].execute(TIMEOUTS_SQL, list(transaction_timeouts()))
+        return execute(sql, params, many, context)
+
+
 def require_transaction() -> None:
     """Refuse to take row locks outside a transaction: in autocommit they would be released at once."""
     if not connection.in_atomic_block:
@@ -63,14 +100,25 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
 
     A lost connection becomes :class:`DatabaseUnavailable` and is never retried: if it broke during COMMIT,
     only the database knows whether the transaction committed, and running it again could do the work twice.
+
+    Behind PgBouncer (``DB_PGBOUNCER=true``), each attempt's transaction starts with ``SET LOCAL
+    lock_timeout/statement_timeout`` (see :data:`TIMEOUTS_SQL`), sent just before its first statement; connected
+    directly, the connection's startup options carry the same bounds and no statement is added (one round trip
+    less per transaction: docs/benchmarks.md). Retries are counted in
+    ``skincare_db_transaction_retries_total{sqlstate}``; an attempt slower than ``DB_SLOW_TRANSACTION_MS`` is
+    logged as a warning.
     """
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         attempts = settings.DB_TRANSIENT_RETRIES + 1
         for attempt in range(1, attempts + 1):
+            started = time.perf_counter()
             try:
-                return func(*args, **kwargs)
+                if not settings.PGBOUNCER:  # direct: the connection's startup options already bound it
+                    return func(*args, **kwargs)
+                with connection.execute_wrapper(_TimeoutsOnFirstStatement()):
+                    return func(*args, **kwargs)
             except (OperationalError, InterfaceError) as exc:
                 code = sqlstate(exc)
                 if connection.in_atomic_block:
@@ -79,15 +127,28 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
                     logger.warning("%s: database unavailable (%s): %s", func.__qualname__, code, exc)
                     raise DatabaseUnavailable() from exc
                 if code in BUSY_SQLSTATES:
+                    metrics.DB_BUSY.labels(sqlstate=code).inc()
                     logger.warning("%s: database busy (%s)", func.__qualname__, code)
                     raise ServiceBusy() from exc
                 if code not in RETRYABLE_SQLSTATES:
                     raise
                 if attempt == attempts:
+                    metrics.DB_BUSY.labels(sqlstate=code).inc()
                     logger.warning("%s: gave up after %d attempts (%s)", func.__qualname__, attempts, code)
                     raise ServiceBusy() from exc
+                metrics.DB_RETRIES.labels(sqlstate=code).inc()
                 logger.info("%s: retrying after %s (attempt %d)", func.__qualname__, code, attempt)
                 time.sleep(random.uniform(0, 0.01 * attempt))  # noqa: S311 - jittered backoff, not crypto
+            finally:
+                elapsed_ms = (time.perf_counter() - started) * 1000
+                if elapsed_ms > settings.DB_SLOW_TRANSACTION_MS:
+                    slow_logger.warning(
+                        "slow transaction %s: %.0f ms (attempt %d)",
+                        func.__qualname__,
+                        elapsed_ms,
+                        attempt,
+                        extra={"transaction": func.__qualname__, "duration_ms": round(elapsed_ms, 1)},
+                    )
         raise AssertionError("unreachable")
 
     return wrapper
@@ -188,3 +249,15 @@ class CompiledUpdate:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
+
+
+__all__ = [
+    "CompiledUpdate",
+    "TransactionNow",
+    "db_now",
+    "require_transaction",
+    "retry_transient",
+    "set_transaction_timeouts",
+    "sqlstate",
+    "transaction",
+]

@@ -4,16 +4,28 @@ from pathlib import Path
 
 import environ
 
-from skincare import devdb
+from skincare import devdb, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
-DEBUG = env.bool("DJANGO_DEBUG", default=False)
+# DJANGO_ENV=production: DEBUG off, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS required (no fallback), secure
+# cookies, HSTS, HTTPS redirect (see the production block at the end of this file).
+PRODUCTION = env("DJANGO_ENV", default="development") == "production"
+
+DEBUG = False if PRODUCTION else env.bool("DJANGO_DEBUG", default=False)
 # The fallback key is for local development and tests only; production must set DJANGO_SECRET_KEY.
-SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production")
-ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+SECRET_KEY = (
+    env("DJANGO_SECRET_KEY")
+    if PRODUCTION
+    else env("DJANGO_SECRET_KEY", default="dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production")
+)
+ALLOWED_HOSTS = (
+    env.list("DJANGO_ALLOWED_HOSTS")
+    if PRODUCTION
+    else env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+)
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -25,6 +37,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "skincare",
     "inventory",
     "orders",
@@ -34,6 +48,7 @@ INSTALLED_APPS = [
 # The browser-only ones (skincare.middleware) run for the admin and the sandbox page and are skipped on the JSON
 # API and the probes, where they do nothing useful (measured in docs/benchmarks.md).
 MIDDLEWARE = [
+    "skincare.requestlog.RequestLogMiddleware",
     "skincare.middleware.RequestBodyLimitMiddleware",
     "skincare.middleware.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -42,6 +57,7 @@ MIDDLEWARE = [
     "skincare.middleware.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "skincare.middleware.AuthenticationMiddleware",
+    "skincare.login_throttle.AdminLoginThrottleMiddleware",
     "skincare.middleware.MessageMiddleware",
     "skincare.middleware.XFrameOptionsMiddleware",
 ]
@@ -68,6 +84,14 @@ TEMPLATES = [
 ]
 
 
+DB_LOCK_TIMEOUT_MS = env.int("DB_LOCK_TIMEOUT_MS", default=5000)
+DB_STATEMENT_TIMEOUT_MS = env.int("DB_STATEMENT_TIMEOUT_MS", default=30000)
+# The database URL points at PgBouncer in transaction mode (no startup ``options``; see _database()).
+PGBOUNCER = env.bool("DB_PGBOUNCER", default=False)
+# A service transaction slower than this is logged as a warning (logger skincare.db.slow).
+DB_SLOW_TRANSACTION_MS = env.int("DB_SLOW_TRANSACTION_MS", default=1000)
+
+
 def _database():
     url = env("DATABASE_URL", default="") or devdb.url()
     if not url:
@@ -78,15 +102,33 @@ def _database():
     options = config.setdefault("OPTIONS", {})
     if not config.get("HOST") and "host" in options:  # Unix-socket URLs carry the directory as ?host=
         config["HOST"] = options.pop("host")
-    # Waiting for a row lock is bounded: a request that cannot get its lock in time fails with
-    # 55P03 and becomes a 503 with Retry-After instead of piling up behind a stuck transaction.
-    lock_timeout = env.int("DB_LOCK_TIMEOUT_MS", default=5000)
-    statement_timeout = env.int("DB_STATEMENT_TIMEOUT_MS", default=30000)
-    options.setdefault("options", f"-c lock_timeout={lock_timeout} -c statement_timeout={statement_timeout}")
-    config["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
-    # A health check costs one extra round trip (SELECT 1) at the start of every request that reuses a
-    # connection; it turns the first request after a database restart from a 500 into a reconnect.
-    config["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=True)
+    # Waiting for a row lock is bounded: a request that cannot get its lock in time fails with 55P03 and becomes a
+    # 503 with Retry-After instead of piling up behind a stuck transaction. Every service transaction sets both
+    # bounds itself with SET LOCAL (skincare.db.retry_transient), which survives a transaction-mode pooler. Talking
+    # to PostgreSQL directly, the same values also go in the libpq ``options`` startup parameter so that reads,
+    # the admin and migrations are bounded too; PgBouncer refuses that parameter, so DB_PGBOUNCER=true leaves it out.
+    if not PGBOUNCER:
+        options.setdefault(
+            "options", f"-c lock_timeout={DB_LOCK_TIMEOUT_MS} -c statement_timeout={DB_STATEMENT_TIMEOUT_MS}"
+        )
+    if env.bool("DB_POOL", default=False):
+        # Django's psycopg pool, per process: connections are borrowed per request and returned at its end.
+        options["pool"] = {
+            "min_size": env.int("DB_POOL_MIN_SIZE", default=1),
+            "max_size": env.int("DB_POOL_MAX_SIZE", default=4),
+            "timeout": env.float("DB_POOL_TIMEOUT", default=10.0),
+        }
+        config["CONN_MAX_AGE"] = 0  # the pool owns connection lifetime
+        config["CONN_HEALTH_CHECKS"] = False
+    else:
+        config["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
+        # A health check costs one extra round trip (SELECT 1) at the start of every request that reuses a
+        # connection; it turns the first request after a database restart from a 500 into a reconnect.
+        config["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=True)
+    # No session state: server-side cursors (QuerySet.iterator) would need the same server connection across
+    # transactions, which a transaction-mode pooler does not promise. (Prepared statements are off by default in
+    # Django's psycopg backend; advisory locks, where used, must be pg_advisory_xact_lock.)
+    config["DISABLE_SERVER_SIDE_CURSORS"] = True
     config.setdefault("TEST", {})["NAME"] = env("DATABASE_TEST_NAME", default=f"test_{config['NAME']}")
     return config
 
@@ -120,6 +162,24 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "skincare.api.exception_handler",
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "skincare.api.JsonOnlyNegotiation",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "skincare-checkout API",
+    "DESCRIPTION": (
+        "Orders and inventory that stay consistent under flash-sale traffic. Every error body is "
+        '`{"error": "<for humans>", "code": "<stable code>", ...details}`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    # Swagger UI from the drf-spectacular-sidecar wheel, served by this app (no CDN).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # Domain settings
@@ -135,11 +195,37 @@ PAYMENT_WEBHOOK_TOLERANCE_SECONDS = env.int("PAYMENT_WEBHOOK_TOLERANCE_SECONDS",
 PAYMENT_SANDBOX = env.bool("PAYMENT_SANDBOX", default=False)
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
-}
+# Observability
+# GET /metrics answers loopback clients only, unless METRICS_TOKEN is set: then `Authorization: Bearer <token>`.
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+# One JSON line per request (logger skincare.access); off when a proxy or gunicorn's access log already has it.
+ACCESS_LOG = env.bool("ACCESS_LOG", default=True)
+LOG_FORMAT = env("LOG_FORMAT", default="json")
+LOGGING = logs.logging_config(log_format=LOG_FORMAT, level=env("LOG_LEVEL", default="INFO"))
+
+# Admin login throttling: this many failed logins from one address or for one username within the window → 429.
+ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)
+ADMIN_LOGIN_WINDOW_SECONDS = env.int("ADMIN_LOGIN_WINDOW_SECONDS", default=900)
+
+# Behind a TLS-terminating proxy: DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (the proxy must set it to
+# "https" and strip it from clients), so request.is_secure() and the HTTPS redirect see the original scheme.
+_proxy_ssl_header = env("DJANGO_SECURE_PROXY_SSL_HEADER", default="")
+if _proxy_ssl_header:
+    SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header, "https")
+
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    # Probes and the scraper talk plain HTTP to the instance itself, not through the TLS proxy.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=True)
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SESSION_COOKIE_HTTPONLY = True
+
+# security.W002 looks for Django's XFrameOptionsMiddleware by its exact path; it is installed as
+# skincare.middleware.XFrameOptionsMiddleware (a subclass that skips the JSON API), so browser pages still get
+# X-Frame-Options: DENY (checked by skincare/tests/test_production.py).
+SILENCED_SYSTEM_CHECKS = ["security.W002"]

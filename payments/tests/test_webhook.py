@@ -11,8 +11,8 @@ import time
 from decimal import Decimal
 
 import pytest
-from django.db import connection, connections, transaction
-from django.test import Client
+from django.db import connections, transaction
+from django.test import Client, override_settings
 
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
@@ -543,13 +543,10 @@ def deliver_while_locked(body, lock):
     try:
         assert locked.wait(timeout=30)
         assert errors == []
-        # The test client runs the view on this thread, on this connection: a short lock timeout for it.
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '200ms'")
-        response = deliver(body)
+        # A short lock timeout for the service transaction (it sets it with SET LOCAL from the setting).
+        with override_settings(DB_LOCK_TIMEOUT_MS=200):
+            response = deliver(body)
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET lock_timeout")
         release.set()
         thread.join(timeout=30)
     assert not thread.is_alive()

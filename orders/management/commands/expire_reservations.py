@@ -1,10 +1,12 @@
 import signal
 import threading
+import time
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 
 from orders import selectors, services
+from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
 
@@ -19,16 +21,35 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=200, help="orders per transaction (default 200)")
         parser.add_argument("--loop", action="store_true", help="keep sweeping until SIGTERM/SIGINT")
         parser.add_argument("--interval", type=float, default=60.0, help="seconds between sweeps with --loop")
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve this process's Prometheus metrics (skincare_sweeper_*) on this port (0 = off)",
+        )
+        parser.add_argument(
+            "--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
+        )
 
     # Not a command-line option: lets code that runs the command in-process (tests, an embedding
     # scheduler) ask a --loop run to stop, exactly as SIGTERM/SIGINT do.
     stealth_options = ("stop_event",)
 
-    def handle(self, *args, batch_size, loop, interval, stop_event=None, **options):
+    def handle(
+        self, *args, batch_size, loop, interval, metrics_port=None, metrics_addr="127.0.0.1", stop_event=None, **options
+    ):
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         if interval < 0:
             raise CommandError("--interval must not be negative")
+        metrics_server = None
+        if metrics_port:
+            from prometheus_client import start_http_server
+
+            metrics_server, _thread = start_http_server(metrics_port, addr=metrics_addr, registry=metrics.registry())
+            self.stdout.write(
+                f"expire_reservations: metrics on http://{metrics_addr}:{metrics_server.server_port}/metrics"
+            )
         stop = stop_event if stop_event is not None else threading.Event()
         previous_handlers = {}
         if loop and threading.current_thread() is threading.main_thread():
@@ -58,6 +79,9 @@ class Command(BaseCommand):
         finally:
             for sig, handler in previous_handlers.items():
                 signal.signal(sig, handler)
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
         if loop:
             self.stdout.write("expire_reservations: stopped")
 
@@ -80,10 +104,15 @@ class Command(BaseCommand):
             if not batch.orders:
                 break
             batches += 1
+            metrics.SWEEPER_BATCHES.inc()
+            metrics.SWEEPER_CANCELLED_ORDERS.inc(batch.orders)
+            metrics.SWEEPER_EXPIRED_RESERVATIONS.inc(batch.reservations)
             totals.orders += batch.orders
             totals.reservations += batch.reservations
             totals.units += batch.units
             totals.oldest_overdue_seconds = max(totals.oldest_overdue_seconds, batch.oldest_overdue_seconds)
+        metrics.SWEEPER_OLDEST_OVERDUE.set(totals.oldest_overdue_seconds)
+        metrics.SWEEPER_LAST_SWEEP.set(time.time())
         self.stdout.write(
             f"expire_reservations: {totals.orders} orders cancelled (payment_timeout), "
             f"{totals.reservations} reservations expired, {totals.units} units returned in {batches} batches; "

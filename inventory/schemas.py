@@ -1,0 +1,40 @@
+"""OpenAPI descriptions of the product endpoints; applied to the views in inventory/api.py."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+
+from skincare.openapi import INTERNAL, UNAVAILABLE, error
+
+
+class ProductSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    sku = serializers.CharField()
+    name = serializers.CharField()
+    price = serializers.DecimalField(max_digits=12, decimal_places=2, coerce_to_string=True)
+    available_stock = serializers.IntegerField(help_text="A snapshot; checkout decides under lock.")
+
+
+class ProductListSerializer(serializers.Serializer):
+    products = ProductSerializer(many=True)
+
+
+PRODUCT_LIST = extend_schema(
+    operation_id="product_list",
+    summary="Products for sale (public)",
+    auth=[],
+    responses={200: ProductListSerializer, 500: INTERNAL, 503: UNAVAILABLE},
+    tags=["catalogue"],
+)
+
+PRODUCT_DETAIL = extend_schema(
+    operation_id="product_detail",
+    summary="One product (public)",
+    auth=[],
+    responses={
+        200: ProductSerializer,
+        404: error("No such product, or not for sale.", "product_not_found"),
+        500: INTERNAL,
+        503: UNAVAILABLE,
+    },
+    tags=["catalogue"],
+)

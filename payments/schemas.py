@@ -1,0 +1,82 @@
+"""OpenAPI descriptions of the payments endpoints (checkout, webhook); applied to the views in payments/api.py."""
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+
+from orders.schemas import OrderSerializer
+from skincare.openapi import BUSY, INTERNAL, UNAUTHORIZED, error
+
+
+class CheckoutItemSerializer(serializers.Serializer):
+    product_id = serializers.IntegerField(min_value=1)
+    qty = serializers.IntegerField(min_value=1, help_text="At most CHECKOUT_MAX_QTY (default 100) per product.")
+
+
+class CheckoutRequestSerializer(serializers.Serializer):
+    items = CheckoutItemSerializer(many=True, help_text="1 to CHECKOUT_MAX_ITEMS (default 20) lines.")
+
+
+class WebhookEventSerializer(serializers.Serializer):
+    event_id = serializers.CharField(max_length=200, help_text="Each event id takes effect exactly once.")
+    type = serializers.ChoiceField(choices=["payment.succeeded", "payment.failed"])
+    order_id = serializers.IntegerField(min_value=1)
+    amount = serializers.DecimalField(max_digits=12, decimal_places=2, coerce_to_string=True)
+    provider_reference = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+
+class WebhookResultSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=["paid", "duplicate", "failed", "amount_mismatch", "refund_required", "already_paid"],
+        help_text="What the event did: `duplicate` for a replay (nothing changed).",
+    )
+    event_id = serializers.CharField()
+
+
+CHECKOUT = extend_schema(
+    operation_id="checkout",
+    summary="Reserve stock and open a pending order",
+    description=(
+        "One short transaction: the order, its lines and reservations are written and the stock is reserved "
+        "with a guarded update. The order must be paid before `payment_expires_at`, or the sweeper returns the units."
+    ),
+    request=CheckoutRequestSerializer,
+    responses={
+        201: OpenApiResponse(OrderSerializer, description="Order created, stock reserved."),
+        400: error("The body is not valid JSON or not a valid cart.", "invalid_request", "malformed_json"),
+        401: UNAUTHORIZED,
+        409: error("Not enough stock; `product_ids` names every short product.", "stock_conflict"),
+        415: error("The body is not `application/json`.", "unsupported_media_type"),
+        422: error("A product does not exist or is not for sale; `product_ids` lists them.", "invalid_product"),
+        500: INTERNAL,
+        503: BUSY,
+    },
+    tags=["checkout"],
+)
+
+WEBHOOK = extend_schema(
+    operation_id="payment_webhook",
+    summary="Payment gateway callback (signed)",
+    description=(
+        '`X-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" with PAYMENT_WEBHOOK_SECRET>`. '
+        "Applied exactly once per `event_id` in the same transaction as its effect."
+    ),
+    auth=[],
+    parameters=[
+        OpenApiParameter(
+            "X-Signature", str, OpenApiParameter.HEADER, required=True, description="t=<unix seconds>,v1=<hex HMAC>"
+        )
+    ],
+    request=WebhookEventSerializer,
+    responses={
+        200: OpenApiResponse(WebhookResultSerializer, description="Applied, or recognised as a replay."),
+        400: error(
+            "The body is not valid JSON or not a valid event (`fields` says why).", "invalid_request", "malformed_json"
+        ),
+        401: error("Signature missing, wrong, or timestamp outside the window; nothing changed.", "invalid_signature"),
+        404: error("The event names an order that does not exist.", "order_not_found"),
+        415: error("The body is not `application/json`.", "unsupported_media_type"),
+        500: INTERNAL,
+        503: BUSY,
+    },
+    tags=["payments"],
+)

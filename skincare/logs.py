@@ -1,0 +1,53 @@
+"""Request ids and JSON log lines.
+
+Every log record gets ``request_id`` (the id of the request being served on this thread, or ``-``) from a
+context variable set by :class:`skincare.requestlog.RequestLogMiddleware`. With ``LOG_FORMAT=json`` (the default)
+records are written one JSON object per line by python-json-logger.
+"""
+
+import logging
+import re
+from contextvars import ContextVar
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+
+
+def is_sane_request_id(value: str | None) -> bool:
+    """A client's X-Request-ID is kept when it is 1-200 characters of [A-Za-z0-9._-]; otherwise a new one is made."""
+    return value is not None and _SANE_REQUEST_ID.fullmatch(value) is not None
+
+
+class RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = request_id_var.get() or "-"
+        return True
+
+
+JSON_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s"
+PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+
+
+def logging_config(*, log_format: str, level: str) -> dict[str, object]:
+    """The LOGGING dict for settings: one console handler, JSON or plain."""
+    formatter: dict[str, object]
+    if log_format == "json":
+        formatter = {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": JSON_FORMAT,
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        }
+    else:
+        formatter = {"format": PLAIN_FORMAT}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"request_id": {"()": "skincare.logs.RequestIdFilter"}},
+        "formatters": {"main": formatter},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "main", "filters": ["request_id"]}},
+        "root": {"handlers": ["console"], "level": level},
+        "loggers": {"django.request": {"level": "ERROR"}},
+    }

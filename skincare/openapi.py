@@ -1,0 +1,52 @@
+"""OpenAPI building blocks shared by the apps' ``schemas.py``: the one error body and error responses.
+
+The views validate by hand (``skincare.validation``), so their request and response shapes are described with
+``extend_schema`` and these plain serializers; they are never used to parse anything.
+"""
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from rest_framework import serializers
+
+
+class ErrorSerializer(serializers.Serializer):
+    """``{"error": "<for humans>", "code": "<stable code>", ...details}``"""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # Declared here rather than as class attributes: a field called ``fields`` would shadow Serializer.fields.
+        return {
+            "error": serializers.CharField(help_text="A message for humans; may change."),
+            "code": serializers.CharField(help_text="A stable machine-readable code; see each response's description."),
+            "fields": serializers.DictField(
+                child=serializers.ListField(child=serializers.CharField()),
+                required=False,
+                help_text="400 only: the problems per field (`items[0]`, `qty`, ...).",
+            ),
+            "product_ids": serializers.ListField(
+                child=serializers.IntegerField(),
+                required=False,
+                help_text="409 stock_conflict / 422 invalid_product: every product that caused it.",
+            ),
+        }
+
+
+def error(description: str, *codes: str) -> OpenApiResponse:
+    """An error response whose body is :class:`ErrorSerializer`, with one example per code."""
+    return OpenApiResponse(
+        response=ErrorSerializer,
+        description=f"{description} Codes: {', '.join(f'`{c}`' for c in codes)}.",
+        examples=[
+            OpenApiExample(code, value={"error": "...", "code": code}, response_only=True, status_codes=None)
+            for code in codes
+        ],
+    )
+
+
+UNAUTHORIZED = error("Missing or invalid `Authorization: Bearer <token>`.", "unauthorized")
+BUSY = error(
+    "The database could not serve the request in time (lock timeout, repeated deadlock) or is unreachable; "
+    "retry after the `Retry-After` seconds. Nothing was changed.",
+    "busy",
+    "database_unavailable",
+)
+UNAVAILABLE = error("The database is unreachable; retry after the `Retry-After` seconds.", "database_unavailable")
+INTERNAL = error("A bug: logged in full on the server; nothing internal is in the body.", "internal_error")

@@ -1,0 +1,38 @@
+"""Record failed admin logins (for the throttle) and forget them after a successful one."""
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.signals import user_logged_in, user_login_failed
+from django.dispatch import receiver
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+
+from skincare.login_throttle import client_ip
+from skincare.models import AdminLoginFailure
+
+
+def _is_admin_login(request: HttpRequest | None) -> bool:
+    return request is not None and request.path == reverse("admin:login")
+
+
+@receiver(user_login_failed)
+def record_admin_login_failure(
+    sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kw: Any
+) -> None:
+    if not _is_admin_login(request):
+        return
+    assert request is not None
+    AdminLoginFailure.objects.create(client_ip=client_ip(request), username=str(credentials.get("username", ""))[:150])
+    # Keep the table small: rows older than the window no longer count.
+    old = timezone.now() - timedelta(seconds=settings.ADMIN_LOGIN_WINDOW_SECONDS)
+    AdminLoginFailure.objects.filter(failed_at__lt=old).delete()
+
+
+@receiver(user_logged_in)
+def forget_admin_login_failures(sender: Any, request: HttpRequest | None, user: Any, **kw: Any) -> None:
+    if _is_admin_login(request):
+        assert request is not None
+        AdminLoginFailure.objects.filter(username=user.get_username()).delete()

@@ -1,0 +1,186 @@
+"""Prometheus metrics: counters move with real requests, retries are counted on a real deadlock, the sweeper
+serves its own, /metrics is loopback-or-token only, and gunicorn's workers are summed (multiprocess mode)."""
+
+import threading
+import urllib.request
+
+import pytest
+from django.db import connection, transaction
+from django.test import Client
+from prometheus_client import REGISTRY
+
+from bench.common import Gunicorn
+from inventory.models import Inventory
+from orders.tests.test_sweeper import LineWatcher, run_command_in_thread
+from payments import services, signing
+from payments.tests.test_checkout_http_race import post_checkout
+from skincare.db import retry_transient
+from skincare.pgbouncer import free_port
+from skincare.testing import make_overdue, run_concurrently
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.django_db
+def test_checkout_outcomes_and_latency_are_counted(api, make_product) -> None:  # type: ignore[no-untyped-def]
+    product = make_product(stock=1)
+    before = {
+        o: value("skincare_checkout_requests_total", outcome=o)
+        for o in ("created", "stock_conflict", "invalid_request")
+    }
+    observed = value("skincare_checkout_duration_seconds_count")
+
+    assert api.post("/v1/checkout", {"items": [{"product_id": product.pk, "qty": 1}]}, format="json").status_code == 201
+    assert api.post("/v1/checkout", {"items": [{"product_id": product.pk, "qty": 1}]}, format="json").status_code == 409
+    assert api.post("/v1/checkout", {"items": []}, format="json").status_code == 400
+
+    for outcome in before:
+        assert value("skincare_checkout_requests_total", outcome=outcome) == before[outcome] + 1, outcome
+    assert value("skincare_checkout_duration_seconds_count") == observed + 3
+
+
+@pytest.mark.django_db
+def test_webhook_outcomes_are_counted_and_labels_stay_bounded(settings, customer, make_product) -> None:  # type: ignore[no-untyped-def]
+    settings.PAYMENT_WEBHOOK_SECRET = "whsec-metrics-test"
+    order = services.checkout(customer=customer, items=[(make_product(stock=2).pk, 1)])
+    body = (
+        b'{"event_id": "evt-m1", "type": "payment.succeeded", "order_id": %d, "amount": "%s", '
+        b'"provider_reference": "m1"}' % (order.pk, str(order.total).encode())
+    )
+    paid, duplicate, bad_sig = (
+        value("skincare_payment_webhook_events_total", outcome=o) for o in ("paid", "duplicate", "invalid_signature")
+    )
+    client = Client()
+
+    for _ in range(2):
+        client.post(
+            "/v1/payments/webhook",
+            data=body,
+            content_type="application/json",
+            HTTP_X_SIGNATURE=signing.sign(body=body, secret="whsec-metrics-test"),
+        )
+    client.post("/v1/payments/webhook", data=body, content_type="application/json", HTTP_X_SIGNATURE="t=1,v1=00")
+
+    assert value("skincare_payment_webhook_events_total", outcome="paid") == paid + 1
+    assert value("skincare_payment_webhook_events_total", outcome="duplicate") == duplicate + 1
+    assert value("skincare_payment_webhook_events_total", outcome="invalid_signature") == bad_sig + 1
+    outcomes = {
+        s.labels["outcome"]
+        for m in REGISTRY.collect()
+        if m.name == "skincare_payment_webhook_events"
+        for s in m.samples
+    }
+    from skincare.metrics import OTHER, WEBHOOK_OUTCOMES
+
+    assert outcomes <= WEBHOOK_OUTCOMES | {OTHER}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_deadlock_is_retried_and_counted(make_product) -> None:  # type: ignore[no-untyped-def]
+    """Two transactions lock two rows in opposite orders, lined up by a barrier: PostgreSQL kills one (40P01),
+    retry_transient runs it again, and skincare_db_transaction_retries_total{sqlstate="40P01"} moves by one."""
+    first, second = make_product(stock=5), make_product(stock=5)
+    both_hold_one = threading.Barrier(2)
+    before = value("skincare_db_transaction_retries_total", sqlstate="40P01")
+
+    def lock_in_order(ids: list[int]) -> None:
+        attempt = {"n": 0}
+
+        @retry_transient
+        @transaction.atomic
+        def work() -> None:
+            attempt["n"] += 1
+            list(Inventory.objects.select_for_update().filter(product_id=ids[0]))
+            if attempt["n"] == 1:
+                both_hold_one.wait(timeout=30)
+            list(Inventory.objects.select_for_update().filter(product_id=ids[1]))
+
+        work()
+
+    outcomes = run_concurrently(2, lambda i: lock_in_order([first.pk, second.pk][:: 1 if i == 0 else -1]))
+
+    assert [o.error for o in outcomes] == [None, None]
+    assert value("skincare_db_transaction_retries_total", sqlstate="40P01") == before + 1
+
+
+@pytest.mark.django_db
+def test_metrics_endpoint_is_loopback_only_without_a_token(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.METRICS_TOKEN = ""
+    assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 200
+    assert Client(REMOTE_ADDR="::1").get("/metrics").status_code == 200
+    refused = Client(REMOTE_ADDR="203.0.113.9").get("/metrics")
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "forbidden"
+
+
+@pytest.mark.django_db
+def test_metrics_endpoint_wants_the_bearer_token_when_one_is_set(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.METRICS_TOKEN = "scrape-token-for-tests"
+    remote = Client(REMOTE_ADDR="203.0.113.9")
+    assert remote.get("/metrics").status_code == 403
+    assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 403  # the token is required everywhere
+    assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+    answer = remote.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests")
+    assert answer.status_code == 200
+    assert answer["Content-Type"].startswith("text/plain")
+    assert b"skincare_checkout_requests_total" in answer.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sweeper_counts_and_serves_its_own_metrics(settings, customer, make_product) -> None:  # type: ignore[no-untyped-def]
+    product = make_product(stock=5)
+    orders = [services.checkout(customer=customer, items=[(product.pk, 1)]) for _ in range(3)]
+    for order in orders:
+        make_overdue(order)
+    expired, batches = value("skincare_sweeper_expired_reservations_total"), value("skincare_sweeper_batches_total")
+    port = free_port()
+    stop, out = threading.Event(), LineWatcher()
+
+    thread, result = run_command_in_thread(
+        loop=True, interval=3600, batch_size=2, metrics_port=port, stop_event=stop, stdout=out
+    )
+    try:
+        assert out.seen.wait(timeout=60), "the first sweep never reported"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            served = response.read().decode()
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert result == {}
+
+    assert value("skincare_sweeper_expired_reservations_total") == expired + 3
+    assert value("skincare_sweeper_batches_total") == batches + 2
+    assert value("skincare_sweeper_oldest_overdue_seconds") >= 1.0
+    assert "skincare_sweeper_expired_reservations_total" in served
+    assert "skincare_sweeper_oldest_overdue_seconds" in served
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gunicorn_workers_are_summed_on_metrics(make_product, make_customer) -> None:  # type: ignore[no-untyped-def]
+    """Three sync workers each count in their own mmap file; GET /metrics on any of them reports the sum."""
+    product = make_product(stock=30)
+    buyers = [make_customer() for _ in range(30)]
+    with Gunicorn(_url(), workers=3, conn_max_age=0, extra_env={"ACCESS_LOG": "false"}) as web:
+        outcomes = run_concurrently(
+            30, lambda i: post_checkout(web.base, buyers[i].api_token, [{"product_id": product.pk, "qty": 1}])
+        )
+        assert [o.value[0] for o in outcomes] == [201] * 30  # type: ignore[index]
+        with urllib.request.urlopen(f"{web.base}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        assert len(web.worker_pids()) == 3
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    assert float(samples['skincare_checkout_requests_total{outcome="created"}']) == 30.0
+    assert float(samples["skincare_checkout_duration_seconds_count"]) == 30.0
+
+
+def _url() -> str:
+    """A postgres URL for the test database (the one this test run uses), for a child process."""
+    settings_dict = connection.settings_dict
+    host = settings_dict["HOST"]
+    if host.startswith("/"):
+        return f"postgres://{settings_dict['USER'] or 'postgres'}@/{settings_dict['NAME']}?host={host}"
+    auth = settings_dict["USER"] + (f":{settings_dict['PASSWORD']}" if settings_dict["PASSWORD"] else "")
+    return f"postgres://{auth}@{host}:{settings_dict['PORT'] or 5432}/{settings_dict['NAME']}"
