@@ -24,10 +24,17 @@ def _fresh_sold_out_memory():
 
 
 @pytest.fixture
-def make_product(db):
+def inventory_strategy():
+    """The strategy ``make_product`` gives new products. Concurrency test modules override this fixture with one
+    parametrized over every strategy, so the whole race suite runs against each (docs/strategies.md)."""
+    return "guarded_update"
+
+
+@pytest.fixture
+def make_product(db, inventory_strategy):
     from inventory import services
 
-    def make(*, stock=10, price="10.00", is_active=True, name=None):
+    def make(*, stock=10, price="10.00", is_active=True, name=None, strategy=None):
         n = next(_skus)
         return services.product_create(
             sku=f"TEST-{os.getpid()}-{n}",
@@ -35,6 +42,7 @@ def make_product(db):
             price=Decimal(price),
             initial_stock=stock,
             is_active=is_active,
+            inventory_strategy=strategy or inventory_strategy,
         )
 
     return make

@@ -19,6 +19,7 @@ def product_data(product: ProductView) -> dict[str, Any]:
         "name": product.name,
         "price": str(product.price),
         "available_stock": product.available_stock,
+        "inventory_strategy": product.inventory_strategy,
     }
 
 

@@ -49,3 +49,12 @@ class InventoryCorrupted(DomainError):
     http_status = 500
     expose = False
     default_message = "Inventory counters disagree with reservations."
+
+
+class LockBusy(DomainError):
+    """A ``row_lock_nowait`` product's stock row is locked by another checkout right now; try again shortly."""
+
+    code = "lock_busy"
+    http_status = 409
+    retry_after = 1
+    default_message = "This product is being bought by someone else right now; please retry in a moment."

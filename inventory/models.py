@@ -3,18 +3,42 @@ from django.db import models
 from django.db.models import Q
 
 
+class InventoryStrategy(models.TextChoices):
+    """How a checkout takes a product's units (docs/strategies.md). Every strategy ends with the same guarded
+    ``UPDATE … WHERE available_stock >= qty``, so switching one in the middle of a sale is safe."""
+
+    GUARDED_UPDATE = "guarded_update", "Guarded update (the UPDATE alone decides)"
+    ROW_LOCK = "row_lock", "Row lock (FOR NO KEY UPDATE, waits its turn)"
+    ROW_LOCK_NOWAIT = "row_lock_nowait", "Row lock, NOWAIT (busy row: 409 lock_busy at once)"
+    OPTIMISTIC = "optimistic", "Optimistic (version check, bounded retries)"
+    ADVISORY = "advisory", "Advisory lock per product (transaction-scoped)"
+    SERIALIZABLE = "serializable", "SERIALIZABLE isolation, whole transaction retried"
+
+
 class Product(models.Model):
     sku = models.CharField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     price = models.DecimalField(max_digits=12, decimal_places=2)
     is_active = models.BooleanField(default=True)
+    inventory_strategy = models.CharField(
+        max_length=20,
+        choices=InventoryStrategy.choices,
+        default=InventoryStrategy.GUARDED_UPDATE,
+        db_default=InventoryStrategy.GUARDED_UPDATE,
+        help_text="How checkouts take this product's units; see docs/strategies.md. Safe to change during a sale.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         db_table = "products"
         ordering = ["id"]
-        constraints = [models.CheckConstraint(condition=Q(price__gte=0), name="products_price_gte_0")]
+        constraints = [
+            models.CheckConstraint(condition=Q(price__gte=0), name="products_price_gte_0"),
+            models.CheckConstraint(
+                condition=Q(inventory_strategy__in=InventoryStrategy.values), name="products_inventory_strategy_valid"
+            ),
+        ]
 
     def __str__(self):
         return f"{self.name} ({self.sku})"

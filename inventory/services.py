@@ -11,21 +11,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
 from inventory import soldout
 from inventory.exceptions import (
     InventoryCorrupted,
+    LockBusy,
     ProductNotFound,
     StaleStockVersion,
     StockConflict,
     StockWouldGoNegative,
 )
-from inventory.models import Inventory, Product, StockMovement
-from skincare.db import CompiledUpdate, require_transaction
+from inventory.models import Inventory, InventoryStrategy, Product, StockMovement
+from inventory.selectors import Quote
+from skincare.db import CompiledUpdate, RetryTransaction, advisory_xact_lock, require_transaction, sqlstate
 
 Reason = StockMovement.Reason
 
@@ -101,38 +104,118 @@ _reserve_one = CompiledUpdate(
 )
 
 
-@transaction.atomic(savepoint=False)
-def stock_reserve(*, quantities: Mapping[int, int], order_id: int) -> None:
-    """Move units from available to reserved for one order. ``quantities`` maps product_id to qty.
+# The optimistic strategy's update: the same guard, and the version the checkout read must still be current.
+_reserve_one_at_version = CompiledUpdate(
+    lambda product_id, qty, version: (
+        Inventory.objects.filter(product_id=product_id, available_stock__gte=qty, version=version),
+        {
+            "version": F("version") + 1,
+            "updated_at": Now(),
+            "available_stock": F("available_stock") - qty,
+            "reserved_stock": F("reserved_stock") + qty,
+        },
+    ),
+    "product_id",
+    "qty",
+    "version",
+)
 
-    The reserve ledger rows must already be written in this transaction (``stock_reserve_ledger_cte``, part
-    of the order's INSERT), so the inventory row locks are taken by the last statements before COMMIT and the
-    hot row stays locked only for those statements and the COMMIT. Raises :class:`StockConflict` naming every
-    product that is short; the caller's transaction (ledger rows included) then rolls back.
+S = InventoryStrategy
+
+
+def _lock_rows(*, product_ids: list[int], nowait: bool) -> dict[int, int]:
+    """``SELECT … FOR NO KEY UPDATE [NOWAIT]`` of the inventory rows, ascending; returns available stock by id.
+    With NOWAIT a row that another transaction holds is :class:`LockBusy` (409) at once instead of a wait."""
+    rows = (
+        Inventory.objects.select_for_update(no_key=True, nowait=nowait)
+        .filter(product_id__in=product_ids)
+        .order_by("product_id")
+        .values_list("product_id", "available_stock")
+    )
+    if not nowait:
+        return dict(rows)
+    try:
+        return dict(rows)
+    except OperationalError as exc:
+        if sqlstate(exc) == "55P03":
+            raise LockBusy(product_ids=product_ids) from exc
+        raise
+
+
+def _refuse_short(*, quantities: Mapping[int, int], available: Mapping[int, int]) -> None:
+    short = [pid for pid in sorted(quantities) if available.get(pid, 0) < quantities[pid]]
+    for pid in short:
+        soldout.remember_short(pid, available_at_most=available.get(pid, 0))
+    if short:
+        raise StockConflict(product_ids=short)
+
+
+def _guarded_reserve(*, product_id: int, qty: int, version: int | None = None) -> None:
+    """The step every strategy ends with: the guarded UPDATE (with the version check for an optimistic one)."""
+    if version is None:
+        changed = _reserve_one.execute(product_id=product_id, qty=qty)
+    else:
+        changed = _reserve_one_at_version.execute(product_id=product_id, qty=qty, version=version)
+    if changed:
+        return
+    if version is not None:
+        # Either the stock ran out or someone changed the row since we read it: let the runner try again from
+        # the start (a fresh read decides which); after the bound the customer gets 409 stock_conflict.
+        raise RetryTransaction(
+            "optimistic version check lost",
+            give_up=StockConflict(product_ids=[product_id], gave_up_after=settings.INVENTORY_OPTIMISTIC_ATTEMPTS),
+            max_attempts=settings.INVENTORY_OPTIMISTIC_ATTEMPTS,
+        )
+    soldout.remember_short(product_id, available_at_most=qty - 1)
+    raise StockConflict(product_ids=[product_id])
+
+
+@transaction.atomic(savepoint=False)
+def stock_reserve(*, quantities: Mapping[int, int], order_id: int, quotes: Mapping[int, Quote] | None = None) -> None:
+    """Move units from available to reserved for one order. ``quantities`` maps product_id to qty; ``quotes`` (from
+    ``inventory.selectors.product_quotes``, read earlier in this transaction) say each product's strategy and the
+    version seen. Without quotes every product is treated as ``guarded_update``.
+
+    One product follows its own strategy (docs/strategies.md):
+
+    * ``guarded_update``, ``serializable``: the guarded UPDATE alone (the caller runs ``serializable`` at that
+      isolation level);
+    * ``row_lock`` / ``row_lock_nowait``: ``SELECT … FOR NO KEY UPDATE`` (``NOWAIT``: 409 ``lock_busy`` if busy),
+      then the guarded UPDATE;
+    * ``optimistic``: the guarded UPDATE with ``version = <seen>``; a lost race reruns the transaction;
+    * ``advisory``: ``pg_advisory_xact_lock`` on the product's key, then the guarded UPDATE.
+
+    Several products (the cart rule): advisory keys of the cart's advisory products (ascending), then every row
+    locked in ascending id with ``FOR NO KEY UPDATE`` (``NOWAIT`` if any product is ``row_lock_nowait``), then
+    the guarded UPDATEs. The version check is not used there: the rows are already locked.
+
+    The reserve ledger rows must already be written in this transaction (``stock_reserve_ledger_cte``), so the
+    inventory row locks are taken by the last statements before COMMIT. Raises :class:`StockConflict` naming
+    every product that is short; the caller's transaction (ledger rows included) then rolls back.
     """
     require_transaction()
     product_ids = sorted(quantities)
+    strategy = {pid: quotes[pid].strategy if quotes and pid in quotes else S.GUARDED_UPDATE for pid in product_ids}
+    advisory = [pid for pid in product_ids if strategy[pid] == S.ADVISORY]
+    if advisory:
+        advisory_xact_lock(namespace="inventory_product", idents=advisory)
     if len(product_ids) > 1:
         # Several rows: lock them all in ascending id order first, so that no two checkouts can each hold
         # one row the other needs, and so that the conflict can name every short product.
-        locked = dict(
-            Inventory.objects.select_for_update(no_key=True)
-            .filter(product_id__in=product_ids)
-            .order_by("product_id")
-            .values_list("product_id", "available_stock")
-        )
-        short = [pid for pid in product_ids if locked.get(pid, 0) < quantities[pid]]
-        for pid in short:
-            soldout.remember_short(pid, available_at_most=locked.get(pid, 0))
-        if short:
-            raise StockConflict(product_ids=short)
-    for pid in product_ids:
-        qty = quantities[pid]
-        # For a single product this guarded UPDATE is the whole protection: it takes the row lock and
-        # re-checks available_stock under it. For several, the rows are already locked above.
-        if not _reserve_one.execute(product_id=pid, qty=qty):
-            soldout.remember_short(pid, available_at_most=qty - 1)
-            raise StockConflict(product_ids=[pid])
+        nowait = any(strategy[pid] == S.ROW_LOCK_NOWAIT for pid in product_ids)
+        _refuse_short(quantities=quantities, available=_lock_rows(product_ids=product_ids, nowait=nowait))
+        for pid in product_ids:
+            _guarded_reserve(product_id=pid, qty=quantities[pid])
+        return
+    (pid,) = product_ids
+    qty = quantities[pid]
+    if strategy[pid] in (S.ROW_LOCK, S.ROW_LOCK_NOWAIT):
+        available = _lock_rows(product_ids=[pid], nowait=strategy[pid] == S.ROW_LOCK_NOWAIT)
+        _refuse_short(quantities=quantities, available=available)
+    # For the other strategies this guarded UPDATE is the whole protection: it takes the row lock and re-checks
+    # available_stock (and, optimistic, the version) under it.
+    version = quotes[pid].version if quotes and strategy[pid] == S.OPTIMISTIC else None
+    _guarded_reserve(product_id=pid, qty=qty, version=version)
 
 
 def _move_reserved(*, lines: Sequence[OrderLineQty], reason: str, available_sign: int) -> None:
@@ -234,13 +317,20 @@ def product_create(
     price: Decimal,
     initial_stock: int = 0,
     is_active: bool = True,
+    inventory_strategy: str = InventoryStrategy.GUARDED_UPDATE,
     actor: User | None = None,
     product_id: int | None = None,
 ) -> Product:
     """Create a product with its inventory row; initial stock is recorded in the ledger as a restock."""
     if initial_stock < 0:
         raise StockWouldGoNegative(counted=initial_stock)
-    fields: dict[str, Any] = {"sku": sku, "name": name, "price": price, "is_active": is_active}
+    fields: dict[str, Any] = {
+        "sku": sku,
+        "name": name,
+        "price": price,
+        "is_active": is_active,
+        "inventory_strategy": inventory_strategy,
+    }
     if product_id is not None:
         fields["id"] = product_id
     product = Product.objects.create(**fields)

@@ -1,8 +1,11 @@
+from collections.abc import Mapping
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from inventory.models import Product
+from inventory.selectors import Quote
 
 
 class OrderStatus(models.TextChoices):
@@ -33,6 +36,9 @@ class Order(models.Model):
     # Not a column: the lines of an order that ``orders.services.order_open`` just wrote, set on the instance it
     # returns so that the checkout response is rendered without reading them back.
     placed_lines: "list[OrderLine] | None" = None
+    # Not a column either: what checkout read about each product (price, stock, strategy, version) while opening
+    # this order; ``order_reserve_stock`` reserves by it.
+    placed_quotes: "Mapping[int, Quote] | None" = None
 
     class Meta:
         db_table = "orders"

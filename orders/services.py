@@ -18,11 +18,11 @@ from inventory import selectors as inventory_selectors
 from inventory import services as inventory_services
 from inventory import soldout
 from inventory.exceptions import InvalidProduct, StockConflict
-from inventory.models import StockMovement
+from inventory.models import InventoryStrategy, StockMovement
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.locks import lock_active_reservations, lock_due_orders, lock_order
 from orders.models import Order, OrderLine, Reservation
-from skincare.db import db_now, retry_transient
+from skincare.db import SERIALIZABLE, IsolationRequired, current_isolation, db_now, retry_transient
 from skincare.errors import InvalidInput
 
 
@@ -79,6 +79,9 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
     ledger rows, in one statement; ``also_insert`` adds the caller's rows to that statement (checkout adds the
     payment attempt). The caller must back the reservations with ``order_reserve_stock`` in the same transaction.
 
+    Products whose strategy is ``serializable`` need the whole transaction at SERIALIZABLE: outside it, this raises
+    ``IsolationRequired`` before writing anything and the runner starts over at that level.
+
     No row lock is taken here. A product that is visibly short already is refused before anything is written:
     first from this worker's memory of products it just saw sold out (``inventory.soldout``, at most 250 ms old,
     no query at all), then by one unlocked read of prices and available stock. Both can only turn a request away
@@ -96,6 +99,10 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
         for pid in short:
             soldout.remember_short(pid, available_at_most=quotes[pid].available)
         raise StockConflict(product_ids=short)
+    if current_isolation() != SERIALIZABLE and any(
+        q.strategy == InventoryStrategy.SERIALIZABLE for q in quotes.values()
+    ):
+        raise IsolationRequired(SERIALIZABLE)  # nothing written yet: the runner starts over at SERIALIZABLE
     product_ids = sorted(quantities)
     prices = {pid: quotes[pid].price for pid in product_ids}
     total = sum((prices[pid] * quantities[pid] for pid in product_ids), Decimal(0))
@@ -126,6 +133,7 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
         updated_at=created_at,
     )
     order._state.adding = False
+    order.placed_quotes = quotes
     order.placed_lines = [
         OrderLine(order=order, product_id=pid, qty=quantities[pid], unit_price=prices[pid]) for pid in product_ids
     ]
@@ -136,7 +144,7 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
 def order_reserve_stock(*, order: Order, quantities: Mapping[int, int]) -> None:
     """Back a just-opened order's reservations with stock. Takes the inventory row locks, so a checkout
     calls it last: the hot row then stays locked only for these UPDATEs and the COMMIT."""
-    inventory_services.stock_reserve(quantities=quantities, order_id=order.pk)
+    inventory_services.stock_reserve(quantities=quantities, order_id=order.pk, quotes=order.placed_quotes)
 
 
 @dataclasses.dataclass

@@ -5,7 +5,8 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
@@ -13,7 +14,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, models, transaction
 
 from skincare import metrics
-from skincare.errors import DatabaseUnavailable, ServiceBusy
+from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
 
 logger = logging.getLogger(__name__)
 slow_logger = logging.getLogger("skincare.db.slow")
@@ -92,11 +93,72 @@ def require_transaction() -> None:
         raise RuntimeError("row locks must be taken inside transaction.atomic()")
 
 
+class RetryTransaction(Exception):
+    """Raised inside a transaction by a service that lost an optimistic race: the runner rolls the transaction
+    back and runs it again from the start (bounded, jittered). When ``max_attempts`` attempts have failed, the
+    runner raises ``give_up`` instead (a domain error the client sees)."""
+
+    def __init__(self, reason: str, *, give_up: DomainError, max_attempts: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.give_up = give_up
+        self.max_attempts = max_attempts
+
+
+class IsolationRequired(Exception):
+    """Raised inside a transaction that turns out to need a stricter isolation level than it runs at (a product
+    whose strategy is SERIALIZABLE): the runner rolls back and runs the whole transaction again at that level.
+    Raised before anything is written, so it costs one short rolled-back transaction."""
+
+    def __init__(self, level: str) -> None:
+        super().__init__(level)
+        self.level = level
+
+
+SERIALIZABLE = "serializable"
+
+
+def current_isolation() -> str | None:
+    """The isolation level the runner set for this transaction (``"serializable"``), or None for the default."""
+    raw = connection.connection
+    level = getattr(raw, "isolation_level", None) if raw is not None else None
+    return SERIALIZABLE if level is not None and level.name == "SERIALIZABLE" else None
+
+
+@contextmanager
+def _isolation(level: str | None) -> Iterator[None]:
+    """Run the next transaction at ``level`` (psycopg sends ``BEGIN ISOLATION LEVEL …``: no extra round trip)."""
+    if level is None:
+        yield
+        return
+    from psycopg import IsolationLevel
+
+    connection.ensure_connection()
+    raw = connection.connection
+    previous = raw.isolation_level
+    raw.isolation_level = IsolationLevel.SERIALIZABLE
+    try:
+        yield
+    finally:
+        if connection.connection is raw and not raw.closed:
+            raw.isolation_level = previous
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(random.uniform(0, 0.01 * attempt))  # noqa: S311 - jittered backoff, not crypto
+
+
 def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
-    """Run a whole ``@transaction.atomic`` service again when PostgreSQL reports a deadlock or serialization
-    failure (these can surface at COMMIT, so the retry wraps the entire transaction), and turn lock and
-    statement timeouts into :class:`ServiceBusy`. Inside an outer transaction nothing can be retried, so
-    the error is passed on for the outermost caller to handle.
+    """The one transaction runner: runs a whole ``@transaction.atomic`` service, and runs it again from the start
+
+    * when PostgreSQL reports a deadlock or a serialization failure (these can surface at COMMIT, so the retry
+      wraps the entire transaction): at most ``DB_TRANSIENT_RETRIES`` more times, then :class:`ServiceBusy`;
+    * when the service raises :class:`RetryTransaction` (an optimistic version check lost): up to the bound
+      it carries, then the domain error it carries;
+    * at SERIALIZABLE, when the service raises :class:`IsolationRequired` (not counted as an attempt).
+
+    Lock and statement timeouts become :class:`ServiceBusy`. Backoff between attempts is jittered. Inside an
+    outer transaction nothing can be retried, so the signal is passed on for the outermost caller to handle.
 
     A lost connection becomes :class:`DatabaseUnavailable` and is never retried: if it broke during COMMIT,
     only the database knows whether the transaction committed, and running it again could do the work twice.
@@ -109,16 +171,36 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
     logged as a warning.
     """
 
+    def attempt_once(args: Any, kwargs: Any) -> R:
+        if not settings.PGBOUNCER:  # direct: the connection's startup options already bound it
+            return func(*args, **kwargs)
+        with connection.execute_wrapper(_TimeoutsOnFirstStatement()):
+            return func(*args, **kwargs)
+
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        attempts = settings.DB_TRANSIENT_RETRIES + 1
-        for attempt in range(1, attempts + 1):
+        transient_attempts = settings.DB_TRANSIENT_RETRIES + 1
+        attempt = 0
+        isolation: str | None = None
+        while True:
+            attempt += 1
             started = time.perf_counter()
             try:
-                if not settings.PGBOUNCER:  # direct: the connection's startup options already bound it
-                    return func(*args, **kwargs)
-                with connection.execute_wrapper(_TimeoutsOnFirstStatement()):
-                    return func(*args, **kwargs)
+                with _isolation(isolation):
+                    return attempt_once(args, kwargs)
+            except IsolationRequired as exc:
+                if connection.in_atomic_block or isolation == exc.level:
+                    raise
+                isolation = exc.level
+                attempt -= 1
+            except RetryTransaction as exc:
+                if connection.in_atomic_block:
+                    raise
+                if attempt >= exc.max_attempts:
+                    logger.info("%s: gave up after %d attempts (%s)", func.__qualname__, attempt, exc.reason)
+                    raise exc.give_up from exc
+                metrics.DB_RETRIES.labels(sqlstate="version").inc()
+                _backoff(attempt)
             except (OperationalError, InterfaceError) as exc:
                 code = sqlstate(exc)
                 if connection.in_atomic_block:
@@ -132,13 +214,13 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
                     raise ServiceBusy() from exc
                 if code not in RETRYABLE_SQLSTATES:
                     raise
-                if attempt == attempts:
+                if attempt >= transient_attempts:
                     metrics.DB_BUSY.labels(sqlstate=code).inc()
-                    logger.warning("%s: gave up after %d attempts (%s)", func.__qualname__, attempts, code)
+                    logger.warning("%s: gave up after %d attempts (%s)", func.__qualname__, attempt, code)
                     raise ServiceBusy() from exc
                 metrics.DB_RETRIES.labels(sqlstate=code).inc()
                 logger.info("%s: retrying after %s (attempt %d)", func.__qualname__, code, attempt)
-                time.sleep(random.uniform(0, 0.01 * attempt))  # noqa: S311 - jittered backoff, not crypto
+                _backoff(attempt)
             finally:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 if elapsed_ms > settings.DB_SLOW_TRANSACTION_MS:
@@ -149,9 +231,28 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
                         attempt,
                         extra={"transaction": func.__qualname__, "duration_ms": round(elapsed_ms, 1)},
                     )
-        raise AssertionError("unreachable")
 
     return wrapper
+
+
+# Transaction-scoped advisory lock keys: one namespace per kind of thing locked, so keys never collide. The key is
+# a bigint: the namespace in the top 16 bits, the id below (ids up to 2**47).
+ADVISORY_NAMESPACES = {"inventory_product": 1, "customer_checkout": 2}
+
+
+def advisory_key(namespace: str, ident: int) -> int:
+    if not 0 < ident < 2**47:
+        raise ValueError(f"advisory lock id out of range: {ident}")
+    return (ADVISORY_NAMESPACES[namespace] << 47) | ident
+
+
+def advisory_xact_lock(*, namespace: str, idents: Iterable[int]) -> None:
+    """Take ``pg_advisory_xact_lock`` for each id in ascending order (waiting; released at COMMIT/ROLLBACK, so it
+    works behind a transaction-mode pooler). One statement per key: the order of acquisition is the loop's."""
+    require_transaction()
+    with connection.cursor() as cursor:
+        for ident in sorted(set(idents)):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(namespace, ident)])
 
 
 class TransactionNow(models.Func):

@@ -29,6 +29,7 @@ CHECKOUT_OUTCOMES = frozenset(
     {
         "created",
         "stock_conflict",
+        "lock_busy",
         "invalid_request",
         "malformed_json",
         "invalid_product",
@@ -79,7 +80,8 @@ PAYMENT_WEBHOOK_EVENTS = Counter(
 )
 DB_RETRIES = Counter(
     "skincare_db_transaction_retries",
-    "Service transactions run again after a deadlock (40P01) or serialization failure (40001).",
+    "Service transactions run again after a deadlock (40P01), a serialization failure (40001), or a lost optimistic "
+    "version check (version).",
     ["sqlstate"],
 )
 DB_BUSY = Counter(

@@ -190,6 +190,8 @@ CHECKOUT_MAX_QTY = env.int("CHECKOUT_MAX_QTY", default=100)
 SOLD_OUT_CACHE_MS = env.int("SOLD_OUT_CACHE_MS", default=250)
 # How often a transaction that lost a deadlock or serialization race is retried from the start.
 DB_TRANSIENT_RETRIES = env.int("DB_TRANSIENT_RETRIES", default=3)
+# Attempts of a checkout of an `optimistic` product whose version check keeps losing, before 409 stock_conflict.
+INVENTORY_OPTIMISTIC_ATTEMPTS = env.int("INVENTORY_OPTIMISTIC_ATTEMPTS", default=5)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 PAYMENT_WEBHOOK_TOLERANCE_SECONDS = env.int("PAYMENT_WEBHOOK_TOLERANCE_SECONDS", default=300)
 PAYMENT_SANDBOX = env.bool("PAYMENT_SANDBOX", default=False)

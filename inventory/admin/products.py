@@ -36,16 +36,17 @@ class InventoryInline(ReadOnlyAdminMixin, admin.StackedInline):
 
 @admin.register(Product)
 class ProductAdmin(admin.ModelAdmin):
-    list_display = ["sku", "name", "price", "is_active", "available_stock", "reserved_stock"]
+    list_display = ["sku", "name", "price", "is_active", "inventory_strategy", "available_stock", "reserved_stock"]
     list_display_links = ["sku", "name"]
-    list_filter = ["is_active"]
+    list_filter = ["is_active", "inventory_strategy"]
     search_fields = ["sku", "name"]
     list_select_related = ["inventory"]
     inlines = [InventoryInline]
     readonly_fields = ["created_at", "updated_at"]
 
     def get_fields(self, request: HttpRequest, obj: Product | None = None) -> list[str]:
-        return ["sku", "name", "price", "is_active", *([] if obj is None else ["created_at", "updated_at"])]
+        fields = ["sku", "name", "price", "is_active", "inventory_strategy"]
+        return [*fields, *([] if obj is None else ["created_at", "updated_at"])]
 
     def has_delete_permission(self, request: HttpRequest, obj: Product | None = None) -> bool:
         return False  # products are referenced by orders and the ledger; deactivate instead
@@ -66,7 +67,13 @@ class ProductAdmin(admin.ModelAdmin):
             return
         # A new product gets its inventory row through the service (stock 0; add stock with Adjust).
         created = services.product_create(
-            sku=obj.sku, name=obj.name, price=obj.price, is_active=obj.is_active, initial_stock=0, actor=request.user
+            sku=obj.sku,
+            name=obj.name,
+            price=obj.price,
+            is_active=obj.is_active,
+            inventory_strategy=obj.inventory_strategy,
+            initial_stock=0,
+            actor=request.user,
         )
         obj.pk = created.pk
         obj.created_at, obj.updated_at = created.created_at, created.updated_at

@@ -209,6 +209,7 @@ def test_product_edit_cannot_smuggle_a_stock_change(manager_client, shop):
             "name": "Serum, renamed",
             "price": "12.50",
             "is_active": "on",
+            "inventory_strategy": "guarded_update",  # the form's select always submits a value
             "inventory-TOTAL_FORMS": "1",
             "inventory-INITIAL_FORMS": "1",
             "inventory-MIN_NUM_FORMS": "0",
@@ -232,6 +233,7 @@ def test_adding_a_product_in_the_admin_creates_its_inventory(superuser_client):
             "name": "New cleanser",
             "price": "9.99",
             "is_active": "on",
+            "inventory_strategy": "guarded_update",  # the form's select always submits a value
             "inventory-TOTAL_FORMS": "0",
             "inventory-INITIAL_FORMS": "0",
             "inventory-MIN_NUM_FORMS": "0",

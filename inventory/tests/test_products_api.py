@@ -12,7 +12,16 @@ def test_products_are_public_with_available_stock(client, make_product):
 
     assert listing.status_code == 200
     assert listing.json() == {
-        "products": [{"id": on_sale.pk, "sku": on_sale.sku, "name": "Serum", "price": "99.90", "available_stock": 7}]
+        "products": [
+            {
+                "id": on_sale.pk,
+                "sku": on_sale.sku,
+                "name": "Serum",
+                "price": "99.90",
+                "available_stock": 7,
+                "inventory_strategy": "guarded_update",
+            }
+        ]
     }
     assert detail.status_code == 200
     assert detail.json()["available_stock"] == 7

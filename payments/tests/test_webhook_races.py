@@ -15,10 +15,17 @@ from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt, ProcessedEvent
+from payments.testing import STRATEGIES
 from payments.tests.test_webhook import SECRET, deliver, event
 from skincare.testing import assert_invariants, run_concurrently, wait_for_lock_waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=STRATEGIES)
+def inventory_strategy(request):
+    """Every payment/sweeper race runs with products of each inventory strategy."""
+    return request.param
 
 
 @pytest.fixture(autouse=True)

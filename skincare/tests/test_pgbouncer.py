@@ -18,7 +18,7 @@ from django.db import connection, connections, transaction
 from bench.common import Gunicorn
 from inventory.models import Inventory
 from orders.models import Order, Reservation
-from payments.tests.test_checkout_http_race import post_checkout
+from payments.tests.test_checkout_http_race import post_checkout, post_checkout_once
 from skincare import pgbouncer
 from skincare.testing import assert_invariants, run_concurrently
 
@@ -143,14 +143,17 @@ def test_lock_timeout_gives_503_through_pgbouncer_then_the_retry_succeeds(
     try:
         assert locked.wait(timeout=30)
         assert errors == []
-        status, body = post_checkout(web.base, customer.api_token, [{"product_id": product.pk, "qty": 1}])
+        # One attempt, no client retry: the 503 itself is what this test is about.
+        status, body, retry_after = post_checkout_once(
+            web.base, customer.api_token, [{"product_id": product.pk, "qty": 1}]
+        )
     finally:
         release.set()
         holder.join(timeout=60)
     assert not holder.is_alive()
     assert errors == []
 
-    assert (status, body["code"]) == (503, "busy"), body
+    assert (status, body["code"], retry_after) == (503, "busy", "1"), body
     assert _metric(web.base, 'skincare_db_busy_total{sqlstate="55P03"}') == busy_before + 1
     assert Order.objects.count() == 0  # rolled back whole
     retry_status, retry_body = post_checkout(web.base, customer.api_token, [{"product_id": product.pk, "qty": 1}])

@@ -1,0 +1,50 @@
+"""Test helpers that drive a checkout the way a well-behaved client does, under every inventory strategy.
+
+The race suite runs against each strategy of ``inventory.models.InventoryStrategy``. Strategies differ in how a
+buyer can be turned away: ``row_lock_nowait`` answers ``409 lock_busy`` while another checkout holds the row,
+``serializable`` answers ``503 busy`` when its retries ran out, ``optimistic`` answers ``409 stock_conflict`` with
+``gave_up_after`` when its version check kept losing. The first two carry ``Retry-After`` and a client retries
+them; so does ``buy_retrying`` here (at once: tests never sleep). Then every strategy must give the same answers:
+exactly the stock is sold, every other buyer gets ``stock_conflict``.
+"""
+
+from inventory.exceptions import LockBusy, StockConflict
+from inventory.models import InventoryStrategy
+from orders.models import Order
+from payments import services
+from skincare.errors import ServiceBusy
+
+STRATEGIES = list(InventoryStrategy.values)
+RETRYABLE = ("lock_busy", "busy")
+
+
+def buy(customer, items):
+    """One checkout attempt: the Order, or ``"conflict"``, ``"gave_up"``, ``"lock_busy"`` or ``"busy"``."""
+    try:
+        return services.checkout(customer=customer, items=items)
+    except StockConflict as exc:
+        return "gave_up" if "gave_up_after" in exc.details else "conflict"
+    except LockBusy:
+        return "lock_busy"
+    except ServiceBusy:
+        return "busy"
+
+
+def buy_retrying(customer, items, *, attempts=200, retry_gave_up=False, retry_busy=True):
+    """Checkout as a client that honours ``Retry-After``: retry ``lock_busy`` and ``busy`` answers (bounded). With
+    ``retry_gave_up`` also an optimistic give-up (a client that refreshes the cart, sees stock, and tries again).
+    ``retry_busy=False`` turns a ``busy`` (lock timeout, retries exhausted) into ``ServiceBusy`` for the test."""
+    retryable = set(RETRYABLE) | ({"gave_up"} if retry_gave_up else set())
+    if not retry_busy:
+        retryable.discard("busy")
+    for _ in range(attempts):
+        outcome = buy(customer, items)
+        if outcome == "busy" and not retry_busy:
+            raise ServiceBusy()
+        if not (isinstance(outcome, str) and outcome in retryable):
+            return outcome
+    raise AssertionError(f"still {outcome} after {attempts} attempts")
+
+
+def is_order(value) -> bool:
+    return isinstance(value, Order)
