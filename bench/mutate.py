@@ -152,6 +152,56 @@ MUTATIONS = [
             "payments/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
         ),
     ),
+    Mutation(
+        "sold-out-memory-unbounded",
+        "the sold-out memory keeps refusing past 250 ms (its cap removed)",
+        "inventory/soldout.py",
+        "return min(max(settings.SOLD_OUT_CACHE_MS, 0) / 1000, MAX_WINDOW_SECONDS)",
+        "return max(settings.SOLD_OUT_CACHE_MS, 0) / 1000",
+        ("inventory/tests/test_soldout_memory.py::test_the_window_is_never_longer_than_250_ms",),
+    ),
+    Mutation(
+        "compiled-update-trusts-values",
+        "a statement whose SQL depends on the slot values is compiled once anyway",
+        "skincare/db.py",
+        "        if first[0] != second[0] or [n for n, _ in first[1]] != [n for n, _ in second[1]] or not same_constants:",
+        "        if False:",
+        ("skincare/tests/test_compiled_update.py::test_a_statement_that_depends_on_the_slot_values_is_refused",),
+    ),
+    Mutation(
+        "nowait-waits",
+        "row_lock_nowait products wait for the row instead of answering lock_busy",
+        "inventory/services.py",
+        "Inventory.objects.select_for_update(no_key=True, nowait=nowait)",
+        "Inventory.objects.select_for_update(no_key=True, nowait=False)",
+        ("inventory/tests/test_strategies.py::test_nowait_answers_lock_busy_at_once_while_the_row_is_held",),
+    ),
+    Mutation(
+        "serializable-not-escalated",
+        "a serializable product's checkout runs at READ COMMITTED",
+        "orders/services.py",
+        "        raise IsolationRequired(SERIALIZABLE)",
+        "        pass",
+        ("inventory/tests/test_strategies.py::test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock",),
+    ),
+    Mutation(
+        "optimistic-no-version",
+        "the optimistic update forgets to compare the version it read",
+        "inventory/services.py",
+        "version = quotes[pid].version if quotes and strategy[pid] == S.OPTIMISTIC else None",
+        "version = None",
+        (
+            "inventory/tests/test_strategies.py::test_optimistic_gives_up_after_its_bound_when_the_version_keeps_changing",
+        ),
+    ),
+    Mutation(
+        "upward-import",
+        "inventory imports orders (the dependency guard must notice)",
+        "inventory/selectors.py",
+        "from django.db import connection\n",
+        "from django.db import connection\n\nfrom orders.models import Order  # noqa: F401\n",
+        ("skincare/tests/test_dependencies.py::test_no_layer_imports_a_higher_one",),
+    ),
 ]
 
 

@@ -116,11 +116,22 @@ def test_nowait_answers_lock_busy_at_once_while_the_row_is_held(make_product, ap
 
     holder = ThreadRun(hold_row)
     assert held.wait(timeout=30)
+
+    def buy_without_a_lock_timeout():
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")  # a checkout that waited for the row would wait until released
+        try:
+            return api.post("/v1/checkout", {"items": [{"product_id": product.pk, "qty": 1}]}, format="json")
+        finally:
+            connection.close()
+
     try:
-        response = api.post("/v1/checkout", {"items": [{"product_id": product.pk, "qty": 1}]}, format="json")
+        outcome = ThreadRun(buy_without_a_lock_timeout).join(timeout=20)  # NOWAIT answers at once
     finally:
         release.set()
     assert holder.join().error is None
+    assert outcome.error is None, repr(outcome.error)
+    response = outcome.value
 
     assert response.status_code == 409
     assert response.json()["code"] == "lock_busy"
