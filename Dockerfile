@@ -5,7 +5,7 @@ WORKDIR /app
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
-RUN DATABASE_URL=postgres://build@localhost/build python manage.py collectstatic --noinput -v0
+RUN DATABASE_URL=postgres://build@localhost/build DJANGO_SECRET_KEY=build-only-not-a-secret python manage.py collectstatic --noinput -v0
 ENV HOST=0.0.0.0 PORT=8000
 EXPOSE 8000
 CMD ["gunicorn", "-c", "skincare/gunicorn.conf.py", "skincare.wsgi:application"]

@@ -10,8 +10,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
 PORT ?= 8000
 
-# Demo-only defaults for `make run` (labelled as such; production sets its own values).
-DEMO_ENV := PAYMENT_SANDBOX=$${PAYMENT_SANDBOX:-true} \
+# DEMO ONLY: defaults for `make run` and the manage.py commands it runs (production sets its own values; an
+# environment variable that is already set wins). The sandbox pays orders without money, so with DEBUG off it only
+# starts with the explicit PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG opt-in; the secret key is a public demo value.
+DEMO_ENV := DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-demo-only-insecure-secret-key-not-for-production} \
+	PAYMENT_SANDBOX=$${PAYMENT_SANDBOX:-true} \
+	PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG=$${PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG:-true} \
 	PAYMENT_WEBHOOK_SECRET=$${PAYMENT_WEBHOOK_SECRET:-demo-webhook-secret-not-for-production}
 
 .PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout mutate clean browser-deps pgbouncer-deps
@@ -40,19 +44,19 @@ db: setup
 	else echo "using DATABASE_URL"; fi
 
 migrate: db
-	$(PY) manage.py migrate --noinput -v0
+	$(DEMO_ENV) $(PY) manage.py migrate --noinput -v0
 
 demo: migrate
-	$(PY) manage.py load_demo_data
+	$(DEMO_ENV) $(PY) manage.py load_demo_data
 
 run: demo
-	$(PY) manage.py collectstatic --noinput -v0
+	$(DEMO_ENV) $(PY) manage.py collectstatic --noinput -v0
 	$(DEMO_ENV) PORT=$(PORT) exec $(VENV)/bin/gunicorn -c skincare/gunicorn.conf.py skincare.wsgi:application
 
 lint: db
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	DJANGO_DEV_INSECURE_SECRET_KEY=true $(VENV)/bin/mypy  # type checking only: the settings need no real key
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -34,7 +34,7 @@ def inventory_strategy():
 def make_product(db, inventory_strategy):
     from inventory import services
 
-    def make(*, stock=10, price="10.00", is_active=True, name=None, strategy=None):
+    def make(*, stock=10, price="10.00", is_active=True, name=None, strategy=None, max_per_customer=None):
         n = next(_skus)
         return services.product_create(
             sku=f"TEST-{os.getpid()}-{n}",
@@ -43,6 +43,7 @@ def make_product(db, inventory_strategy):
             initial_stock=stock,
             is_active=is_active,
             inventory_strategy=strategy or inventory_strategy,
+            max_per_customer=max_per_customer,
         )
 
     return make
@@ -51,11 +52,12 @@ def make_product(db, inventory_strategy):
 @pytest.fixture
 def make_customer(db):
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
+
+    from skincare import services
 
     def make(username=None):
         user = get_user_model().objects.create(username=username or f"customer-{next(_skus)}")
-        user.api_token = Token.objects.create(user=user).key
+        user.api_token = services.api_token_issue(user=user)
         return user
 
     return make

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 RESULTS = ROOT / "bench-results"  # git-ignored
 BENCH_SECRET = "bench-webhook-secret-not-for-production"  # noqa: S105 - a load-test secret for a local server
+BENCH_SECRET_KEY = "bench-only-django-secret-key-not-for-production"  # noqa: S105 - local benchmark server only
 
 
 def log(msg: str) -> None:
@@ -82,6 +83,10 @@ def recreate_database(url: str) -> None:
 def django_env(url: str, **extra: Any) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "PAYMENT_WEBHOOK_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING"})
+    # Bench-only: a labelled non-production secret key, and no cap on a customer's pending orders (the benchmark's
+    # few customers check out thousands of times; the cap is measured by the test suite, not here).
+    env.setdefault("DJANGO_SECRET_KEY", BENCH_SECRET_KEY)
+    env.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

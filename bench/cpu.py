@@ -164,6 +164,9 @@ def setup_django() -> None:
         return
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
     os.environ.setdefault("DB_CONN_MAX_AGE", "600")
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-django-secret-key-not-for-production")
+    os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", "bench-webhook-secret-not-for-production")
+    os.environ.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")  # bench only: one customer checks out many times
     if not os.environ.get("DATABASE_URL"):
         proc = subprocess.run(
             [sys.executable, "-m", "skincare.devdb", "ensure"], cwd=ROOT, capture_output=True, text=True, check=False
@@ -201,20 +204,20 @@ def prepare() -> Fixture:
     left pending by an interrupted run; check the stock the scenarios need."""
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
-    from rest_framework.authtoken.models import Token
 
     from inventory import services
     from inventory.models import Inventory, StockMovement
+    from skincare import services as skincare_services
 
     call_command("migrate", verbosity=0, interactive=False)
     customer, created = get_user_model().objects.get_or_create(username=CUSTOMER)
     if created:
         customer.set_unusable_password()
         customer.save(update_fields=["password"])
-    token, _ = Token.objects.get_or_create(user=customer)
+    token = skincare_services.api_token_issue(user=customer)  # a fresh one: only digests are stored
     fixture = Fixture(
         customer=customer,
-        token=token.key,
+        token=token,
         product_id=_product(SKU_STOCK, "CPU bench product (huge stock, bench only)", BIG_STOCK),
         sold_out_id=_product(SKU_SOLD_OUT, "CPU bench product (sold out, bench only)", 0),
     )

@@ -18,12 +18,15 @@ def main(argv: list[str]) -> None:
     setup_django_quietly()
     import json
 
+    from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
-    from rest_framework.authtoken.models import Token
+
+    from skincare import services as skincare_services
 
     products = [int(a) for a in argv] or [101]
-    token = Token.objects.select_related("user").first()
+    # A fresh token for the demo customer (tokens are stored as digests, so an existing one cannot be read back).
+    token = skincare_services.api_token_issue(user=get_user_model().objects.get(username="demo-customer"))
     statements = []
 
     def recorder(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -40,7 +43,7 @@ def main(argv: list[str]) -> None:
         with connection.execute_wrapper(recorder):
             started = time.perf_counter()
             resp = client.post(
-                "/v1/checkout", body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token.key}"
+                "/v1/checkout", body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
             )
             elapsed = (time.perf_counter() - started) * 1000
         if label == "warm-up":

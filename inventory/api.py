@@ -18,6 +18,7 @@ def product_data(product: ProductView) -> dict[str, Any]:
         "sku": product.sku,
         "name": product.name,
         "price": str(product.price),
+        "max_per_customer": product.max_per_customer,
         "available_stock": product.available_stock,
         "inventory_strategy": product.inventory_strategy,
     }

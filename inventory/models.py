@@ -27,6 +27,10 @@ class Product(models.Model):
         db_default=InventoryStrategy.GUARDED_UPDATE,
         help_text="How checkouts take this product's units; see docs/strategies.md. Safe to change during a sale.",
     )
+    # Units of this product one customer may hold in pending_payment and paid orders together; NULL = no limit.
+    max_per_customer = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Most units one customer may hold (pending and paid orders); empty = no limit."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -37,6 +41,10 @@ class Product(models.Model):
             models.CheckConstraint(condition=Q(price__gte=0), name="products_price_gte_0"),
             models.CheckConstraint(
                 condition=Q(inventory_strategy__in=InventoryStrategy.values), name="products_inventory_strategy_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_per_customer__isnull=True) | Q(max_per_customer__gte=1),
+                name="products_max_per_customer_gte_1",
             ),
         ]
 

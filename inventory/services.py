@@ -320,8 +320,10 @@ def product_create(
     inventory_strategy: str = InventoryStrategy.GUARDED_UPDATE,
     actor: User | None = None,
     product_id: int | None = None,
+    max_per_customer: int | None = None,
 ) -> Product:
-    """Create a product with its inventory row; initial stock is recorded in the ledger as a restock."""
+    """Create a product with its inventory row; initial stock is recorded in the ledger as a restock.
+    ``max_per_customer`` caps the units one customer may hold (None = no limit)."""
     if initial_stock < 0:
         raise StockWouldGoNegative(counted=initial_stock)
     fields: dict[str, Any] = {
@@ -330,6 +332,7 @@ def product_create(
         "price": price,
         "is_active": is_active,
         "inventory_strategy": inventory_strategy,
+        "max_per_customer": max_per_customer,
     }
     if product_id is not None:
         fields["id"] = product_id

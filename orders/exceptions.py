@@ -15,3 +15,20 @@ class OrderNotPending(DomainError):
     code = "order_not_pending"
     http_status = 409
     default_message = "The order is no longer pending payment."
+
+
+class PurchaseLimitExceeded(DomainError):
+    """The customer's units of a limited product (pending and paid orders plus this request) would exceed the
+    product's ``max_per_customer``; ``product_ids`` names every such product."""
+
+    code = "purchase_limit_exceeded"
+    http_status = 409
+    default_message = "This order would exceed the per-customer limit of one or more products."
+
+
+class TooManyPendingOrders(DomainError):
+    """The customer already holds ``MAX_PENDING_ORDERS_PER_CUSTOMER`` unpaid orders: pay or cancel one first."""
+
+    code = "too_many_pending_orders"
+    http_status = 409
+    default_message = "You have too many unpaid orders; pay or cancel one first."

@@ -51,6 +51,12 @@ class Order(models.Model):
                 condition=Q(status=OrderStatus.PENDING_PAYMENT),
             ),
             models.Index(fields=["customer", "-id"], name="orders_customer_idx"),
+            # Checkout's cap on a customer's unpaid orders counts these.
+            models.Index(
+                fields=["customer", "payment_expires_at"],
+                name="orders_customer_pending_idx",
+                condition=Q(status="pending_payment"),
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(status__in=OrderStatus.values), name="orders_status_valid"),

@@ -5,6 +5,7 @@ defined in ``orders.locks``: order row → its reservations → inventory rows b
 """
 
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -19,7 +20,8 @@ from inventory import services as inventory_services
 from inventory import soldout
 from inventory.exceptions import InvalidProduct, StockConflict
 from inventory.models import InventoryStrategy, StockMovement
-from orders.exceptions import OrderNotFound, OrderNotPending
+from orders import locks
+from orders.exceptions import OrderNotFound, OrderNotPending, PurchaseLimitExceeded, TooManyPendingOrders
 from orders.locks import lock_active_reservations, lock_due_orders, lock_order
 from orders.models import Order, OrderLine, Reservation
 from skincare.db import SERIALIZABLE, IsolationRequired, current_isolation, db_now, retry_transient
@@ -65,8 +67,21 @@ WITH new_order AS (
            new_order.created_at, new_order.created_at
     FROM new_order, line_rows AS line
 ), {ctes}
-SELECT id, created_at, payment_expires_at FROM new_order
+SELECT id, created_at, payment_expires_at, {pending}, {held} FROM new_order
 """
+# The same statement reads what the per-customer checks need: it runs after the customer's checkout lock was
+# granted, so its snapshot holds every order that customer's earlier checkouts committed, and none of its own rows.
+# The customer's open pending_payment orders (for MAX_PENDING_ORDERS_PER_CUSTOMER). An order whose payment window
+# closed (database clock) is not open any more, even before the sweeper cancels it: its units are coming back.
+_PENDING_SQL = """(SELECT count(*) FROM orders o WHERE o.customer_id = %(customer_id)s
+    AND o.status = 'pending_payment' AND o.payment_expires_at > now())"""
+# Units of the limited products in the customer's open pending_payment and paid orders ({"product_id": units}).
+_HELD_SQL = """(SELECT jsonb_object_agg(held.product_id, held.units) FROM (
+    SELECT ol.product_id, sum(ol.qty) AS units FROM order_lines ol JOIN orders o ON o.id = ol.order_id
+    WHERE o.customer_id = %(customer_id)s
+      AND (o.status = 'paid' OR (o.status = 'pending_payment' AND o.payment_expires_at > now()))
+      AND ol.product_id = ANY(%(limited_ids)s::bigint[])
+    GROUP BY ol.product_id) AS held)"""
 
 # A CTE fragment of the order's INSERT statement and its parameters. Fragments may read ``new_order`` (id, total,
 # created_at, payment_expires_at), ``line_rows`` (product_id, qty, unit_price) and ``reserve_source``.
@@ -82,6 +97,13 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
     Products whose strategy is ``serializable`` need the whole transaction at SERIALIZABLE: outside it, this raises
     ``IsolationRequired`` before writing anything and the runner starts over at that level.
 
+    Per-customer checks, in this order (docs/reliability.md): visibly short (409 stock_conflict), unknown product
+    (422), ``max_per_customer`` (409 purchase_limit_exceeded), ``MAX_PENDING_ORDERS_PER_CUSTOMER`` (409
+    too_many_pending_orders), then the guarded stock update (409 stock_conflict). The last two counts hold under
+    concurrency because they are read after the customer's checkout lock (``orders.locks``, step 0 of the lock
+    order) is granted; with the default settings that lock rides on the product read and the counts on the order
+    insert, so the checks cost no extra round trip.
+
     No row lock is taken here. A product that is visibly short already is refused before anything is written:
     first from this worker's memory of products it just saw sold out (``inventory.soldout``, at most 250 ms old,
     no query at all), then by one unlocked read of prices and available stock. Both can only turn a request away
@@ -90,7 +112,10 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
     remembered = soldout.known_short(quantities)
     if remembered:
         raise StockConflict(product_ids=remembered)
-    quotes = inventory_selectors.product_quotes(product_ids=list(quantities))
+    cap = settings.MAX_PENDING_ORDERS_PER_CUSTOMER
+    # With the pending cap on, the product read also takes the customer's checkout lock (no extra round trip).
+    also_select = locks.customer_lock_expression(customer_id=customer.pk) if cap else None
+    quotes = inventory_selectors.product_quotes(product_ids=list(quantities), also_select=also_select)
     missing = sorted(set(quantities) - set(quotes))
     if missing:
         raise InvalidProduct(product_ids=missing)
@@ -103,6 +128,12 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
         q.strategy == InventoryStrategy.SERIALIZABLE for q in quotes.values()
     ):
         raise IsolationRequired(SERIALIZABLE)  # nothing written yet: the runner starts over at SERIALIZABLE
+    limits = {pid: quote.max_per_customer for pid, quote in quotes.items() if quote.max_per_customer is not None}
+    over = sorted(pid for pid, limit in limits.items() if quantities[pid] > limit)
+    if over:  # more than the limit in this one request: no need to look at earlier orders
+        raise PurchaseLimitExceeded(product_ids=over)
+    if limits and not cap:
+        locks.lock_customer(customer_id=customer.pk)  # the product read above did not take it
     product_ids = sorted(quantities)
     prices = {pid: quotes[pid].price for pid in product_ids}
     total = sum((prices[pid] * quantities[pid] for pid in product_ids), Decimal(0))
@@ -117,12 +148,27 @@ def order_open(*, customer: User, quantities: Mapping[int, int], also_insert: Se
         "product_ids": product_ids,
         "qtys": [quantities[pid] for pid in product_ids],
         "prices": [prices[pid] for pid in product_ids],
+        "limited_ids": sorted(limits),
     }
     for _sql, fragment_params in fragments:
         params.update(fragment_params)
+    sql = _INSERT_ORDER_SQL.format(
+        ctes=", ".join(sql.strip() for sql, _ in fragments),
+        pending=_PENDING_SQL if cap else "NULL::bigint",
+        held=_HELD_SQL if limits else "NULL::jsonb",
+    )
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT_ORDER_SQL.format(ctes=", ".join(sql.strip() for sql, _ in fragments)), params)
-        order_id, created_at, deadline = cursor.fetchone()
+        cursor.execute(sql, params)
+        order_id, created_at, deadline, pending, held = cursor.fetchone()
+    # A refusal below rolls back the rows just inserted with the rest of the transaction.
+    if limits:
+        # Django keeps jsonb as text on raw cursors (its ORM decodes JSONField values itself).
+        held_units = json.loads(held) if isinstance(held, str) else (held or {})
+        over = sorted(pid for pid, limit in limits.items() if held_units.get(str(pid), 0) + quantities[pid] > limit)
+        if over:
+            raise PurchaseLimitExceeded(product_ids=over)
+    if cap and pending >= cap:
+        raise TooManyPendingOrders(max_pending_orders=cap)
     order = Order(
         pk=order_id,
         customer=customer,

@@ -1,8 +1,12 @@
+import hashlib
+import json
 import logging
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from django.conf import settings
 from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from orders.api import order_data
@@ -15,6 +19,29 @@ from skincare.monitoring import InstrumentedAPIView
 logger = logging.getLogger(__name__)
 
 
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header: absent → None; else 1 to 255 printable ASCII characters, or 400."""
+    key = request.headers.get(IDEMPOTENCY_KEY_HEADER)
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
+        raise InvalidInput(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters.",
+            fields={IDEMPOTENCY_KEY_HEADER: ["1 to 255 printable ASCII characters."]},
+        )
+    return key
+
+
+def request_fingerprint(data: Any) -> str:
+    """SHA-256 of the body's canonical JSON: the same JSON document gives the same fingerprint however it is spaced
+    or its keys are ordered."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
 class CheckoutApi(InstrumentedAPIView):
     outcome_counter = metrics.CHECKOUT_REQUESTS
     allowed_outcomes = metrics.CHECKOUT_OUTCOMES
@@ -22,10 +49,18 @@ class CheckoutApi(InstrumentedAPIView):
     success_outcome = "created"
 
     @schemas.CHECKOUT
-    def post(self, request):
+    def post(self, request: Request) -> Response:
+        key = idempotency_key(request)
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
-        order = services.checkout(customer=authenticated_customer(request), items=items)
-        return Response(order_data(request, order, order.placed_lines or []), status=201)
+        result = services.checkout_request(
+            customer=authenticated_customer(request),
+            items=items,
+            idempotency_key=key,
+            fingerprint=None if key is None else request_fingerprint(request.data),
+            render=lambda order: order_data(request, order, order.placed_lines or []),
+        )
+        headers = {"Idempotent-Replayed": "true"} if result.replayed else None
+        return Response(result.body, status=result.status, headers=headers)
 
 
 # payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.

@@ -7,6 +7,11 @@ class PaymentsConfig(AppConfig):
 
     def ready(self) -> None:
         from orders.payment_links import register_payment_url_builder
+        from payments import checks  # noqa: F401 - registers the system checks
         from payments.sandbox import payment_url
+        from payments.services import idempotency_keys_prune, processed_events_prune
+        from skincare.retention import register_pruner
 
         register_payment_url_builder(payment_url)
+        register_pruner("processed_events", processed_events_prune)
+        register_pruner("idempotency_keys", idempotency_keys_prune)

@@ -1,9 +1,12 @@
-"""A sandbox payment gateway for development (enabled only with ``PAYMENT_SANDBOX=true``).
+"""A sandbox payment gateway for development (enabled only with ``PAYMENT_SANDBOX=true``; with DEBUG off it only
+starts with the demo-only opt-in ``PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG``, see ``payments.checks``).
 
-``payment_url`` from checkout opens a page with *Pay* and *Fail* buttons. Pressing one makes this module
-act like a gateway: it builds an event, signs it with ``PAYMENT_WEBHOOK_SECRET`` and POSTs it to this
-service's own ``/v1/payments/webhook`` from a background thread (as a real gateway calls back on its own
-schedule), so the newcomer's click walks exactly the path production payments take.
+``payment_url`` from checkout is a signed, expiring link to a page with *Pay* and *Fail* buttons: the link names
+the order and its customer, so the page acts on that one order of that one customer and nothing else (someone
+else's order id in a forged or altered link is a 404). The form is CSRF-protected. Pressing a button makes this
+module act like a gateway: it builds an event, signs it with ``PAYMENT_WEBHOOK_SECRET`` and POSTs it from a
+background thread (as a real gateway calls back on its own schedule) to the fixed ``PAYMENT_SANDBOX_WEBHOOK_URL``,
+never to an address taken from the request, so the click walks exactly the path production payments take.
 """
 
 import json
@@ -13,29 +16,53 @@ import urllib.request
 import uuid
 
 from django.conf import settings
-from django.http import Http404, HttpResponseRedirect
+from django.core import signing as django_signing
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.views.decorators.csrf import csrf_exempt
 
 from orders.models import Order
 from payments import services, signing
 
 logger = logging.getLogger(__name__)
 
+LINK_SALT = "payments.sandbox.link"
 
-def payment_url(request, order):
+
+def sandbox_link_token(order: Order) -> str:
+    """The signed, timestamped token of ``order``'s sandbox page (order id and customer id)."""
+    return django_signing.dumps({"order": order.pk, "customer": order.customer_id}, salt=LINK_SALT)
+
+
+def sandbox_path(order: Order) -> str:
+    return reverse("payment-sandbox", args=[sandbox_link_token(order)])
+
+
+def payment_url(request: HttpRequest, order: Order) -> str | None:
     """The sandbox page of ``order`` (registered with ``orders.payment_links`` by ``PaymentsConfig.ready``)."""
     if not settings.PAYMENT_SANDBOX:
         return None
-    path = reverse("payment-sandbox", args=[order.pk])
+    path = sandbox_path(order)
     if settings.PUBLIC_BASE_URL:
         return settings.PUBLIC_BASE_URL.rstrip("/") + path
     return request.build_absolute_uri(path)
 
 
-def _deliver(url, body, signature):
-    # The URL is this service's own webhook, built by reverse() from the incoming http(s) request.
+def _order_from_link(token: str) -> Order:
+    try:
+        claims = django_signing.loads(token, salt=LINK_SALT, max_age=settings.PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS)
+    except django_signing.BadSignature:  # also SignatureExpired
+        raise Http404("invalid or expired sandbox link") from None
+    if not isinstance(claims, dict):
+        raise Http404("invalid sandbox link")
+    order = Order.objects.filter(pk=claims.get("order"), customer_id=claims.get("customer")).first()
+    if order is None:
+        raise Http404("no such order")
+    return order
+
+
+def _deliver(url: str, body: bytes, signature: str) -> None:
+    # The URL is the fixed PAYMENT_SANDBOX_WEBHOOK_URL setting (an http(s) address of this service's webhook).
     request = urllib.request.Request(  # noqa: S310
         url, data=body, method="POST", headers={"Content-Type": "application/json", "X-Signature": signature}
     )
@@ -46,16 +73,13 @@ def _deliver(url, body, signature):
         logger.exception("sandbox webhook delivery failed")
 
 
-@csrf_exempt
-def sandbox_page(request, order_id):
+def sandbox_page(request: HttpRequest, token: str) -> HttpResponse:
     if not settings.PAYMENT_SANDBOX:
         raise Http404("sandbox disabled")
-    order = Order.objects.filter(pk=order_id).first()
-    if order is None:
-        raise Http404("no such order")
+    order = _order_from_link(token)
     if request.method == "POST":
         action = request.POST.get("action")
-        event_type = {"pay": services.EVENT_SUCCEEDED, "fail": services.EVENT_FAILED}.get(action)
+        event_type = {"pay": services.EVENT_SUCCEEDED, "fail": services.EVENT_FAILED}.get(action or "")
         if event_type is None:
             return render(request, "payments/sandbox.html", {"order": order, "error": "Unknown action."}, status=400)
         if not settings.PAYMENT_WEBHOOK_SECRET:
@@ -72,9 +96,9 @@ def sandbox_page(request, order_id):
             }
         ).encode()
         signature = signing.sign(body=body, secret=settings.PAYMENT_WEBHOOK_SECRET)
-        url = request.build_absolute_uri(reverse("payment-webhook"))
+        url = settings.PAYMENT_SANDBOX_WEBHOOK_URL
         threading.Thread(target=_deliver, args=(url, body, signature), daemon=True).start()
-        return HttpResponseRedirect(reverse("payment-sandbox", args=[order.pk]) + f"?sent={action}")
+        return HttpResponseRedirect(reverse("payment-sandbox", args=[token]) + f"?sent={action}")
     return render(
         request,
         "payments/sandbox.html",

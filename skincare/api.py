@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig, Suspicio
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import parsers
-from rest_framework.authentication import TokenAuthentication
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
@@ -43,18 +43,35 @@ DRF_CODES: dict[type[drf_exceptions.APIException], str] = {
 }
 
 
-class BearerTokenAuthentication(TokenAuthentication):
-    """``Authorization: Bearer <token>``; tokens are issued with ``manage.py issue_token``."""
+# Issued tokens are 43 URL-safe characters; anything longer or outside printable ASCII (e.g. U+0000, which
+# PostgreSQL text cannot store) cannot be a token: refused without a query.
+MAX_TOKEN_LENGTH = 200
 
-    keyword = "Bearer"
-    # authtoken_token.key is varchar(40). Anything longer, or holding a character PostgreSQL text cannot store
-    # (U+0000), cannot be a token: refused without a query (a NUL would otherwise fail inside the database).
-    max_key_length = 40
 
-    def authenticate_credentials(self, key: str) -> Any:
-        if len(key) > self.max_key_length or not key.isprintable():
+class BearerTokenAuthentication(BaseAuthentication):
+    """``Authorization: Bearer <token>``; tokens are issued with ``manage.py issue_token`` and stored as SHA-256
+    digests (``skincare.models.ApiToken``). One indexed query per request; expired or revoked tokens are 401."""
+
+    keyword = b"bearer"
+
+    def authenticate(self, request: Request) -> tuple[User, None] | None:
+        from skincare.selectors import api_token_user  # models are not importable while the settings load
+
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            return None  # no Bearer credentials: NotAuthenticated (401) if the view needs a user
+        if len(parts) != 2:
+            raise drf_exceptions.AuthenticationFailed("Invalid token header.")
+        raw = parts[1]
+        if len(raw) > MAX_TOKEN_LENGTH or not all(0x21 <= byte <= 0x7E for byte in raw):
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
-        return super().authenticate_credentials(key)
+        user = api_token_user(token=raw.decode("ascii"))
+        if user is None:
+            raise drf_exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        return user, None
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="api"'
 
 
 def json_depth_exceeds(data: Any, limit: int) -> bool:

@@ -2,10 +2,18 @@ from django.apps import AppConfig
 
 
 class SkincareConfig(AppConfig):
-    """The foundation: settings, errors, database helpers, API plumbing, metrics, logging, customer API tokens."""
+    """The foundation: settings, errors, database helpers, API plumbing, metrics, logging, customer API tokens,
+    rate limits, retention."""
 
     name = "skincare"
     verbose_name = "Skincare foundation"
 
     def ready(self) -> None:
-        from skincare import signals  # noqa: F401 - connects the admin login throttle's receivers
+        from skincare import (
+            checks,  # noqa: F401 - registers the system checks
+            signals,  # noqa: F401 - connects the admin login throttle's receivers
+        )
+        from skincare.retention import register_pruner
+        from skincare.services import rate_limit_counters_prune
+
+        register_pruner("rate_limit_counters", rate_limit_counters_prune)

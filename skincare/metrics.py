@@ -40,6 +40,11 @@ CHECKOUT_OUTCOMES = frozenset(
         "unsupported_media_type",
         "throttled",
         "internal_error",
+        "purchase_limit_exceeded",
+        "too_many_pending_orders",
+        "idempotency_key_reused",
+        "idempotency_key_in_progress",
+        "rate_limited",
     }
 )
 # The webhook's outcome: the ``status`` of a 200 answer (what the event did) or the error ``code``.

@@ -1,6 +1,9 @@
-"""The foundation's own table: failed admin logins, for the login throttle (skincare.middleware)."""
+"""The foundation's own tables: failed admin logins (the login throttle, skincare.middleware), customer API
+tokens (digests only) and rate-limit counters."""
 
+from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 
 
@@ -18,3 +21,44 @@ class AdminLoginFailure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username or '-'} from {self.client_ip or '-'} at {self.failed_at}"
+
+
+class ApiToken(models.Model):
+    """A customer's API token, stored as the SHA-256 hex digest of the token: a database dump reveals no usable
+    token. Tokens are random 256-bit values, so an unsalted fast hash is enough (nothing to brute-force)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(db_default=Now())
+    # NULL = never expires (API_TOKEN_TTL_SECONDS unset when it was issued). Compared with the database's now().
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "api_tokens"
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["user"], name="api_tokens_active_user_idx", condition=Q(revoked_at=None))]
+        constraints = [
+            models.CheckConstraint(condition=Q(digest__regex=r"^[0-9a-f]{64}$"), name="api_tokens_digest_hex"),
+        ]
+
+    def __str__(self) -> str:
+        return f"API token #{self.pk} of user {self.user_id}"
+
+
+class RateLimitCounter(models.Model):
+    """One fixed-window hit counter per (scope, subject), updated with one upsert per hit: it holds across every
+    gunicorn worker because it lives in PostgreSQL. A new window resets the count in the same statement."""
+
+    scope = models.CharField(max_length=40)
+    subject = models.CharField(max_length=100)
+    window_start = models.DateTimeField()
+    hits = models.IntegerField()
+
+    class Meta:
+        db_table = "rate_limit_counters"
+        constraints = [models.UniqueConstraint(fields=["scope", "subject"], name="rate_limit_counters_uniq")]
+        indexes = [models.Index(fields=["window_start"], name="rate_limit_counters_window_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.subject} {self.hits} since {self.window_start}"

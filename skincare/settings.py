@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from skincare import devdb, logs
 
@@ -15,12 +16,17 @@ env = environ.Env()
 PRODUCTION = env("DJANGO_ENV", default="development") == "production"
 
 DEBUG = False if PRODUCTION else env.bool("DJANGO_DEBUG", default=False)
-# The fallback key is for local development and tests only; production must set DJANGO_SECRET_KEY.
-SECRET_KEY = (
-    env("DJANGO_SECRET_KEY")
-    if PRODUCTION
-    else env("DJANGO_SECRET_KEY", default="dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production")
-)
+# There is no default secret key outside development: the key signs sessions, CSRF tokens and the sandbox's payment
+# links. Only with DJANGO_DEBUG=true (or the explicit DJANGO_DEV_INSECURE_SECRET_KEY=true), and never with
+# DJANGO_ENV=production, a fixed, public dev-only key is used; `make run`, `make test` and the benchmarks set
+# labelled non-production keys of their own.
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
+if not SECRET_KEY:
+    if PRODUCTION or not (DEBUG or env.bool("DJANGO_DEV_INSECURE_SECRET_KEY", default=False)):
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it (production), or run with DJANGO_DEBUG=true for development."
+        )
+    SECRET_KEY = "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production"  # noqa: S105 - development only
 ALLOWED_HOSTS = (
     env.list("DJANGO_ALLOWED_HOSTS")
     if PRODUCTION
@@ -36,7 +42,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "skincare",
@@ -84,8 +89,11 @@ TEMPLATES = [
 ]
 
 
+# The time budget of a request (docs/reliability.md): a lock wait and one statement both end well before gunicorn
+# kills the worker, so a stuck request always gets its 503 + Retry-After (skincare.W001 warns otherwise).
 DB_LOCK_TIMEOUT_MS = env.int("DB_LOCK_TIMEOUT_MS", default=5000)
-DB_STATEMENT_TIMEOUT_MS = env.int("DB_STATEMENT_TIMEOUT_MS", default=30000)
+DB_STATEMENT_TIMEOUT_MS = env.int("DB_STATEMENT_TIMEOUT_MS", default=15000)
+GUNICORN_TIMEOUT = env.int("GUNICORN_TIMEOUT", default=30)
 # The database URL points at PgBouncer in transaction mode (no startup ``options``; see _database()).
 PGBOUNCER = env.bool("DB_PGBOUNCER", default=False)
 # A service transaction slower than this is logged as a warning (logger skincare.db.slow).
@@ -195,7 +203,30 @@ INVENTORY_OPTIMISTIC_ATTEMPTS = env.int("INVENTORY_OPTIMISTIC_ATTEMPTS", default
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 PAYMENT_WEBHOOK_TOLERANCE_SECONDS = env.int("PAYMENT_WEBHOOK_TOLERANCE_SECONDS", default=300)
 PAYMENT_SANDBOX = env.bool("PAYMENT_SANDBOX", default=False)
+# The sandbox is a development tool: with DEBUG off it refuses to start (payments.E002) unless this demo-only opt-in
+# is set (the Makefile's `make run` sets it).
+PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG = env.bool("PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG", default=False)
+# Where the sandbox posts its signed webhook: a fixed address, never derived from the request's Host header.
+PAYMENT_SANDBOX_WEBHOOK_URL = env(
+    "PAYMENT_SANDBOX_WEBHOOK_URL", default=f"http://127.0.0.1:{env.int('PORT', default=8000)}/v1/payments/webhook"
+)
+# How long a sandbox payment link (signed, in payment_url) stays valid.
+PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = env.int(
+    "PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS", default=RESERVATION_TTL_SECONDS + 900
+)
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
+
+# Abuse and retries (docs/reliability.md)
+# Idempotency-Key records of checkouts are kept this long (then pruned by prune_retention).
+IDEMPOTENCY_KEY_TTL_SECONDS = env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=86400)
+# Applied webhook event ids are kept this long; a gateway redelivers for a few days at most.
+PROCESSED_EVENTS_RETENTION_DAYS = env.int("PROCESSED_EVENTS_RETENTION_DAYS", default=30)
+# Open pending_payment orders one customer may hold at once (0 = no cap).
+MAX_PENDING_ORDERS_PER_CUSTOMER = env.int("MAX_PENDING_ORDERS_PER_CUSTOMER", default=5)
+# Checkouts per customer per fixed window, e.g. "20/minute" (second, minute, hour, day); empty = no limit.
+CHECKOUT_RATE_LIMIT = env("CHECKOUT_RATE_LIMIT", default="")
+# API tokens expire this many seconds after they are issued; unset = they never expire.
+API_TOKEN_TTL_SECONDS = env.int("API_TOKEN_TTL_SECONDS", default=None)
 
 # Observability
 # GET /metrics answers loopback clients only, unless METRICS_TOKEN is set: then `Authorization: Bearer <token>`.

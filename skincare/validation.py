@@ -61,3 +61,18 @@ def checkout_items(data: Any, *, max_items: int) -> list[tuple[int, int]]:
     if errors:
         raise InvalidInput("Some items are invalid.", fields=errors)
     return parsed
+
+
+RATE_UNITS = {"second": 1, "s": 1, "minute": 60, "m": 60, "hour": 3600, "h": 3600, "day": 86400, "d": 86400}
+
+
+def parse_rate(spec: str) -> tuple[int, int] | None:
+    """``"20/minute"`` → (20, 60): hits per fixed window of that many seconds. Empty → None (no limit).
+    Raises ValueError on anything else (a system check reports it at start-up)."""
+    spec = (spec or "").strip()
+    if not spec:
+        return None
+    count, sep, unit = spec.partition("/")
+    if not sep or not count.strip().isdigit() or unit.strip().lower() not in RATE_UNITS or int(count) < 1:
+        raise ValueError(f"rate {spec!r} is not like '20/minute' (units: second, minute, hour, day)")
+    return int(count), RATE_UNITS[unit.strip().lower()]

@@ -5,3 +5,7 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
 
 application = get_wsgi_application()
+
+from skincare.checks import run_startup_checks  # noqa: E402 - needs the apps loaded above
+
+run_startup_checks()  # a configuration error stops the worker from booting instead of serving

@@ -36,7 +36,16 @@ class InventoryInline(ReadOnlyAdminMixin, admin.StackedInline):
 
 @admin.register(Product)
 class ProductAdmin(admin.ModelAdmin):
-    list_display = ["sku", "name", "price", "is_active", "inventory_strategy", "available_stock", "reserved_stock"]
+    list_display = [
+        "sku",
+        "name",
+        "price",
+        "max_per_customer",
+        "is_active",
+        "inventory_strategy",
+        "available_stock",
+        "reserved_stock",
+    ]
     list_display_links = ["sku", "name"]
     list_filter = ["is_active", "inventory_strategy"]
     search_fields = ["sku", "name"]
@@ -45,7 +54,7 @@ class ProductAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "updated_at"]
 
     def get_fields(self, request: HttpRequest, obj: Product | None = None) -> list[str]:
-        fields = ["sku", "name", "price", "is_active", "inventory_strategy"]
+        fields = ["sku", "name", "price", "max_per_customer", "is_active", "inventory_strategy"]
         return [*fields, *([] if obj is None else ["created_at", "updated_at"])]
 
     def has_delete_permission(self, request: HttpRequest, obj: Product | None = None) -> bool:
@@ -72,6 +81,7 @@ class ProductAdmin(admin.ModelAdmin):
             price=obj.price,
             is_active=obj.is_active,
             inventory_strategy=obj.inventory_strategy,
+            max_per_customer=obj.max_per_customer,
             initial_stock=0,
             actor=request.user,
         )

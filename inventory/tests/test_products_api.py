@@ -18,6 +18,7 @@ def test_products_are_public_with_available_stock(client, make_product):
                 "sku": on_sale.sku,
                 "name": "Serum",
                 "price": "99.90",
+                "max_per_customer": None,
                 "available_stock": 7,
                 "inventory_strategy": "guarded_update",
             }
@@ -31,3 +32,13 @@ def test_unknown_product_is_404_json(client):
     response = client.get("/v1/products/424242")
     assert response.status_code == 404
     assert response.json()["code"] == "product_not_found"
+
+
+def test_products_show_their_per_customer_limit(client, make_product):
+    limited = make_product(stock=50, max_per_customer=2)
+
+    listing = client.get("/v1/products")
+    detail = client.get(f"/v1/products/{limited.pk}")
+
+    assert [p["max_per_customer"] for p in listing.json()["products"] if p["id"] == limited.pk] == [2]
+    assert detail.json()["max_per_customer"] == 2

@@ -71,6 +71,7 @@ def expire_rows_per_reservation():
 
 @pytest.mark.parametrize("inventory_strategy", STRATEGIES)
 def test_three_sweepers_over_thousands_of_due_orders_with_checkouts_running(make_product, customer, settings):
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0  # setup: each buyer holds many pending orders
     products = [make_product(stock=5000, price="3.00") for _ in range(4)]
     ids = [p.pk for p in products]
     rng = random.Random(2026)
@@ -150,6 +151,7 @@ def test_checkouts_never_deadlock_with_sweepers_on_hot_products(
     make_product, make_customer, settings, inventory_strategy
 ):
     """Small batches, many of them, and buyers hammering the same two rows with carts listed both ways."""
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0  # setup: each buyer holds many pending orders
     hot = [make_product(stock=2000, price="1.00") for _ in range(2)]
     ids = [p.pk for p in hot]
     seller = make_customer()

@@ -3,22 +3,33 @@ service from a background thread, exactly like a gateway calling back."""
 
 import contextlib
 import logging
+import re
 import threading
 
 import pytest
 import requests
+from django.core import signing as django_signing
 from django.test import Client
 
 from orders.models import Order
-from payments import services
+from payments import sandbox, services
 from payments.models import PaymentAttempt, ProcessedEvent
 from skincare.testing import assert_invariants
 
 SECRET = "whsec-sandbox-test"
 
 
-def sandbox_path(order_id):
-    return f"/v1/payments/sandbox/{order_id}"
+def sandbox_path(order):
+    """The signed, expiring link that checkout hands out in ``payment_url``."""
+    return sandbox.sandbox_path(order)
+
+
+def csrf_post(session, url, data):
+    """A browser's press of a button: load the page (CSRF cookie + token in the form), then post the form."""
+    page = session.get(url, timeout=10)
+    assert page.status_code == 200, page.text
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    return session.post(url, data={**data, "csrfmiddlewaretoken": token}, allow_redirects=False, timeout=10)
 
 
 @pytest.fixture
@@ -32,6 +43,13 @@ def sandbox_on(settings):
     settings.PAYMENT_SANDBOX = True
     settings.PAYMENT_WEBHOOK_SECRET = SECRET
     return settings
+
+
+@pytest.fixture
+def live_sandbox(sandbox_on, live_server):
+    """The sandbox posts to the fixed PAYMENT_SANDBOX_WEBHOOK_URL: here, the live test server's webhook."""
+    sandbox_on.PAYMENT_SANDBOX_WEBHOOK_URL = live_server.url + "/v1/payments/webhook"
+    return live_server
 
 
 class DeliveryWatcher(logging.Handler):
@@ -68,8 +86,8 @@ def test_disabled_sandbox_is_404(order, settings):
     settings.PAYMENT_SANDBOX = False
     client = Client()
 
-    page = client.get(sandbox_path(order.pk))
-    press = client.post(sandbox_path(order.pk), {"action": "pay"})
+    page = client.get(sandbox_path(order))
+    press = client.post(sandbox_path(order), {"action": "pay"})
 
     assert page.status_code == 404
     assert page.json() == {"error": "Not found.", "code": "not_found"}
@@ -79,7 +97,7 @@ def test_disabled_sandbox_is_404(order, settings):
 
 @pytest.mark.django_db
 def test_enabled_sandbox_shows_the_order(order, sandbox_on):
-    response = Client().get(sandbox_path(order.pk))
+    response = Client().get(sandbox_path(order))
 
     assert response.status_code == 200
     html = response.content.decode()
@@ -87,13 +105,13 @@ def test_enabled_sandbox_shows_the_order(order, sandbox_on):
     assert "<strong>pending_payment</strong>" in html
     assert "39.80" in html
     assert 'value="pay"' in html and 'value="fail"' in html
-    assert Client().get(sandbox_path(order.pk + 1000)).status_code == 404
+    assert Client().get(f"/v1/payments/sandbox/{order.pk}").status_code == 404  # a bare order id is no link
 
 
 @pytest.mark.django_db
 def test_unknown_action_is_400_and_sends_nothing(order, sandbox_on):
     with watch_delivery() as watcher:
-        response = Client().post(sandbox_path(order.pk), {"action": "refund"})
+        response = Client().post(sandbox_path(order), {"action": "refund"})
 
     assert response.status_code == 400
     assert "Unknown action." in response.content.decode()
@@ -103,13 +121,14 @@ def test_unknown_action_is_400_and_sends_nothing(order, sandbox_on):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_pay_button_delivers_a_signed_webhook_that_pays_the_order(order, sandbox_on, live_server):
-    url = live_server.url + sandbox_path(order.pk)
+def test_pay_button_delivers_a_signed_webhook_that_pays_the_order(order, live_sandbox):
+    path = sandbox_path(order)
+    url = live_sandbox.url + path
 
     with watch_delivery() as watcher:
-        pressed = requests.post(url, data={"action": "pay"}, allow_redirects=False, timeout=10)
+        pressed = csrf_post(requests.Session(), url, {"action": "pay"})
         assert pressed.status_code == 302
-        assert pressed.headers["Location"] == sandbox_path(order.pk) + "?sent=pay"
+        assert pressed.headers["Location"] == path + "?sent=pay"
         assert watcher.done.wait(timeout=30), "the sandbox never finished delivering its webhook"
 
     assert len(watcher.messages) == 1
@@ -135,11 +154,11 @@ def test_pay_button_delivers_a_signed_webhook_that_pays_the_order(order, sandbox
 
 
 @pytest.mark.django_db(transaction=True)
-def test_fail_button_records_a_failed_attempt_and_keeps_the_order(order, sandbox_on, live_server):
-    url = live_server.url + sandbox_path(order.pk)
+def test_fail_button_records_a_failed_attempt_and_keeps_the_order(order, live_sandbox):
+    url = live_sandbox.url + sandbox_path(order)
 
     with watch_delivery() as watcher:
-        pressed = requests.post(url, data={"action": "fail"}, allow_redirects=False, timeout=10)
+        pressed = csrf_post(requests.Session(), url, {"action": "fail"})
         assert pressed.status_code == 302
         assert watcher.done.wait(timeout=30), "the sandbox never finished delivering its webhook"
 
@@ -158,10 +177,116 @@ def test_sandbox_without_a_webhook_secret_says_so_and_sends_nothing(client, sett
     product = make_product(stock=3)
     order = services.checkout(customer=customer, items=[(product.pk, 1)])
 
-    response = client.post(f"/v1/payments/sandbox/{order.pk}", {"action": "pay"})
+    response = client.post(sandbox_path(order), {"action": "pay"})
 
     assert response.status_code == 409
     assert "PAYMENT_WEBHOOK_SECRET is not set" in response.content.decode()
     order.refresh_from_db()
     assert order.status == "pending_payment"
     assert not order.payment_attempts.exclude(status="pending").exists()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Abuse: only the caller's own order, CSRF, a fixed webhook address (docs/reliability.md)
+
+
+@pytest.fixture
+def deliveries(monkeypatch):
+    """Record the sandbox's webhook deliveries instead of sending them."""
+    sent = []
+    monkeypatch.setattr(sandbox, "_deliver", lambda url, body, signature: sent.append((url, body, signature)))
+    return sent
+
+
+@pytest.mark.django_db
+def test_checkout_payment_url_is_a_signed_link_to_the_callers_own_order(api, make_product, sandbox_on):
+    product = make_product(stock=3)
+
+    body = api.post("/v1/checkout", {"items": [{"product_id": product.pk, "qty": 1}]}, format="json").json()
+
+    path = body["payment_url"].removeprefix("http://testserver")
+    assert path.startswith("/v1/payments/sandbox/")
+    assert path != f"/v1/payments/sandbox/{body['order_id']}"  # a signed link, not a guessable id
+    page = Client().get(path)
+    assert page.status_code == 200
+    assert f"Order #{body['order_id']}" in page.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "link",
+    [
+        "bare order id",
+        "tampered signature",
+        "someone else's order",
+        "expired link",
+        "another salt",
+        "not a dict",
+    ],
+)
+def test_sandbox_links_act_only_on_the_callers_own_order(order, sandbox_on, make_customer, deliveries, link):
+    stranger = make_customer()
+    token = sandbox.sandbox_link_token(order)
+    paths = {
+        "bare order id": f"/v1/payments/sandbox/{order.pk}",
+        "tampered signature": f"/v1/payments/sandbox/{token[:-2]}xx",
+        "someone else's order": "/v1/payments/sandbox/"
+        + django_signing.dumps({"order": order.pk, "customer": stranger.pk}, salt=sandbox.LINK_SALT),
+        "expired link": sandbox_path(order),
+        "another salt": "/v1/payments/sandbox/"
+        + django_signing.dumps({"order": order.pk, "customer": order.customer_id}, salt="other"),
+        "not a dict": "/v1/payments/sandbox/" + django_signing.dumps([order.pk], salt=sandbox.LINK_SALT),
+    }
+    if link == "expired link":
+        sandbox_on.PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = -1
+
+    page = Client().get(paths[link])
+    press = Client().post(paths[link], {"action": "pay"})
+
+    assert (page.status_code, press.status_code) == (404, 404)
+    assert press.json()["code"] == "not_found"
+    assert deliveries == []
+    assert PaymentAttempt.objects.get(order=order).status == "pending"
+
+
+@pytest.mark.django_db
+def test_sandbox_form_needs_its_csrf_token(order, sandbox_on, deliveries):
+    browser = Client(enforce_csrf_checks=True)
+    path = sandbox_path(order)
+
+    forged = browser.post(path, {"action": "pay"})  # e.g. a cross-site form: no token
+    page = browser.get(path)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode()).group(1)
+    pressed = browser.post(path, {"action": "pay", "csrfmiddlewaretoken": token})
+
+    assert forged.status_code == 403
+    assert pressed.status_code == 302
+    assert len(deliveries) == 1  # only the press with the token sent anything
+
+
+@pytest.mark.django_db
+def test_sandbox_posts_to_the_fixed_webhook_url_whatever_the_host_header(order, sandbox_on, deliveries):
+    sandbox_on.PAYMENT_SANDBOX_WEBHOOK_URL = "http://127.0.0.1:8123/v1/payments/webhook"
+    sandbox_on.ALLOWED_HOSTS = ["*"]  # even a host the operator allowed by mistake is not used
+
+    pressed = Client(HTTP_HOST="attacker.example").post(sandbox_path(order), {"action": "pay"})
+
+    assert pressed.status_code == 302
+    assert [url for url, _body, _signature in deliveries] == ["http://127.0.0.1:8123/v1/payments/webhook"]
+
+
+def test_sandbox_refuses_to_start_without_debug_unless_opted_in(settings):
+    from django.core.checks import Error
+
+    from payments import checks
+
+    settings.PAYMENT_SANDBOX, settings.DEBUG, settings.PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG = True, False, False
+    errors = checks.sandbox_only_in_development()
+    assert [(type(e), e.id) for e in errors] == [(Error, "payments.E002")]
+
+    settings.PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG = True  # the Makefile's demo-only opt-in
+    assert checks.sandbox_only_in_development() == []
+    settings.PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG, settings.DEBUG = False, True
+    assert checks.sandbox_only_in_development() == []
+    settings.PAYMENT_SANDBOX, settings.DEBUG = False, False
+    assert checks.sandbox_only_in_development() == []

@@ -89,7 +89,8 @@ def test_fifty_concurrent_deliveries_of_one_event_apply_once(make_product, custo
     assert_invariants()
 
 
-def test_two_distinct_charges_at_once_pay_once_and_flag_the_other(make_product, customer):
+def test_two_distinct_charges_at_once_pay_once_and_flag_the_other(make_product, customer, settings):
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0  # setup: one customer holds many pending orders
     product = make_product(stock=10, price="5.00")
     orders = [services.checkout(customer=customer, items=[(product.pk, 1)]) for _ in range(10)]
 
@@ -178,9 +179,10 @@ class DeadlineRaceOrder:
             self.sweeper_done.set()
 
 
-def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer, monkeypatch):
+def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer, monkeypatch, settings):
     """Every deadline offset is run with the payment first, the sweeper first and a free race, so both outcomes
     (and both ways of cancelling) happen on every run; a payment after the deadline is always caught."""
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0  # setup: one customer holds many pending orders
     products = [make_product(stock=200, price="2.00"), make_product(stock=200, price="3.00")]
     initial = dict.fromkeys(products, 200)
     rounds = len(DEADLINE_OFFSETS_MS) * len(FIRST) * 2

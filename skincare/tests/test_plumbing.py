@@ -2,10 +2,11 @@ import io
 
 import pytest
 from django.core.management import call_command
-from rest_framework.authtoken.models import Token
 
 from inventory.models import Inventory, Product
 from inventory.services import stock_set_counted
+from skincare.models import ApiToken
+from skincare.services import api_token_digest
 from skincare.testing import assert_invariants
 
 
@@ -44,7 +45,8 @@ def test_issue_token_creates_customer_and_rotates_token(client):
     old, new = first.getvalue().strip(), second.getvalue().strip()
 
     assert old != new
-    assert list(Token.objects.filter(user__username="alice").values_list("key", flat=True)) == [new]
+    live = ApiToken.objects.filter(user__username="alice", revoked_at__isnull=True)
+    assert list(live.values_list("digest", flat=True)) == [api_token_digest(new)]
     assert client.get("/v1/orders/1", HTTP_AUTHORIZATION=f"Bearer {old}").status_code == 401
     assert client.get("/v1/orders/1", HTTP_AUTHORIZATION=f"Bearer {new}").status_code == 404
 

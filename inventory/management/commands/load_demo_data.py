@@ -9,10 +9,12 @@ from decimal import Decimal
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import connection, transaction
-from rest_framework.authtoken.models import Token
 
 from inventory import services
 from inventory.models import Product
+from skincare import services as skincare_services
+from skincare.models import ApiToken
+from skincare.selectors import api_token_user
 
 DEMO_PRODUCTS = [
     # (id, sku, name, price, initial stock)
@@ -48,9 +50,10 @@ class Command(BaseCommand):
             )
         User = get_user_model()
         customer, _ = User.objects.get_or_create(username=DEMO_CUSTOMER)
-        if not Token.objects.filter(user=customer).exists():
-            Token.objects.filter(key=DEMO_CUSTOMER_TOKEN).delete()
-            Token.objects.create(user=customer, key=DEMO_CUSTOMER_TOKEN)
+        if api_token_user(token=DEMO_CUSTOMER_TOKEN) != customer:
+            # The demo token is stored as a digest like every token; a revoked, expired or foreign row is replaced.
+            ApiToken.objects.filter(digest=skincare_services.api_token_digest(DEMO_CUSTOMER_TOKEN)).delete()
+            skincare_services.api_token_issue(user=customer, token=DEMO_CUSTOMER_TOKEN)
         ops, ops_created = User.objects.get_or_create(username=DEMO_OPS_USER, defaults={"is_staff": True})
         if ops_created:
             ops.set_password(DEMO_OPS_PASSWORD)

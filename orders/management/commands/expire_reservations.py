@@ -9,6 +9,7 @@ from orders import selectors, services
 from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
+from skincare.retention import prune_all
 
 
 class Command(BaseCommand):
@@ -19,7 +20,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--batch-size", type=int, default=200, help="orders per transaction (default 200)")
-        parser.add_argument("--loop", action="store_true", help="keep sweeping until SIGTERM/SIGINT")
+        parser.add_argument(
+            "--loop", action="store_true", help="keep sweeping (and pruning, see prune_retention) until SIGTERM/SIGINT"
+        )
         parser.add_argument("--interval", type=float, default=60.0, help="seconds between sweeps with --loop")
         parser.add_argument(
             "--metrics-port",
@@ -66,6 +69,10 @@ class Command(BaseCommand):
             while True:
                 try:
                     self.sweep(batch_size=batch_size, stop=stop)
+                    if loop:
+                        # The worker also keeps short-lived rows within their retention windows (what
+                        # `manage.py prune_retention` does; its counts go to the log, not to stdout).
+                        prune_all()
                 except (DomainError, DatabaseError) as exc:
                     error = self.retryable(exc)
                     if not loop:

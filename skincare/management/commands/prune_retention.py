@@ -1,0 +1,16 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from skincare.retention import prune_all
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete rows past their retention window: idempotency keys (IDEMPOTENCY_KEY_TTL_SECONDS), processed webhook "
+        "events (PROCESSED_EVENTS_RETENTION_DAYS), stale rate-limit counters. The sweeper loop runs it too."
+    )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        results = prune_all()
+        self.stdout.write("prune_retention: " + ", ".join(f"{name} {count} deleted" for name, count in results.items()))

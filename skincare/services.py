@@ -1,0 +1,87 @@
+"""The foundation's writes: customer API tokens and rate-limit counters."""
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from skincare.db import db_now
+from skincare.models import ApiToken
+
+
+def api_token_digest(token: str) -> str:
+    """What is stored for ``token``: its SHA-256, hex."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@transaction.atomic
+def api_token_issue(*, user: AbstractBaseUser, token: str | None = None, ttl_seconds: int | None = None) -> str:
+    """Store a new token of ``user`` (its digest only) and return the token; it cannot be read back later.
+
+    ``token`` is generated (256 random bits) unless given (the labelled demo token of the demo data).
+    ``ttl_seconds`` defaults to ``API_TOKEN_TTL_SECONDS``; None means the token does not expire. The expiry is
+    computed from the database's clock. Other tokens of the user are left alone (see ``api_tokens_revoke``).
+    """
+    token = token if token is not None else secrets.token_urlsafe(32)
+    ttl = settings.API_TOKEN_TTL_SECONDS if ttl_seconds is None else ttl_seconds
+    expires_at = None if ttl is None else db_now() + timedelta(seconds=ttl)
+    ApiToken.objects.create(user=user, digest=api_token_digest(token), expires_at=expires_at)
+    return token
+
+
+@transaction.atomic
+def api_tokens_revoke(*, user: AbstractBaseUser) -> int:
+    """Revoke every token of ``user`` that is not revoked yet (database clock). Returns how many."""
+    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=Now())
+
+
+_RATE_LIMIT_HIT_SQL = """
+INSERT INTO rate_limit_counters (scope, subject, window_start, hits)
+VALUES (%(scope)s, %(subject)s, to_timestamp(floor(extract(epoch FROM now()) / %(window)s) * %(window)s), 1)
+ON CONFLICT (scope, subject) DO UPDATE SET
+    hits = CASE WHEN rate_limit_counters.window_start = EXCLUDED.window_start
+                THEN rate_limit_counters.hits + 1 ELSE 1 END,
+    window_start = EXCLUDED.window_start
+RETURNING hits, GREATEST(1, ceil(extract(epoch FROM window_start + make_interval(secs => %(window)s) - now())))::int
+"""
+
+
+@transaction.atomic
+def rate_limit_hit(*, scope: str, subject: str, limit: int, window_seconds: int) -> int | None:
+    """Count one hit of ``subject`` in the current fixed window (aligned to the epoch, database clock) and return
+    None while the window holds at most ``limit`` hits, else the seconds until the window ends (Retry-After).
+
+    One upsert: concurrent hits of one subject serialize on its counter row for that one statement, so the count
+    is exact across every process. Refused hits are counted too (a client hammering the limit stays limited).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_RATE_LIMIT_HIT_SQL, {"scope": scope, "subject": subject, "window": window_seconds})
+        hits, retry_after = cursor.fetchone()
+    return None if hits <= limit else retry_after
+
+
+def delete_older_than(*, table: str, column: str, seconds: int, batch_size: int = 1000) -> int:
+    """Delete rows of ``table`` whose ``column`` is older than ``seconds`` by the database clock, in batches of
+    ``batch_size`` (each its own short transaction, so a big backlog never holds locks for long). ``table`` and
+    ``column`` are names from code, never from input. Returns how many rows were deleted."""
+    deleted = 0
+    sql = (
+        f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+        f"SELECT ctid FROM {table} WHERE {column} < now() - make_interval(secs => %s) LIMIT %s))"
+    )
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [seconds, batch_size])
+            count = cursor.rowcount
+        deleted += count
+        if count < batch_size:
+            return deleted
+
+
+def rate_limit_counters_prune() -> int:
+    """Counters whose window ended more than a day ago (the longest window) carry no information any more."""
+    return delete_older_than(table="rate_limit_counters", column="window_start", seconds=2 * 86400)
