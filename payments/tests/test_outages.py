@@ -26,7 +26,7 @@ from django.db import connections, transaction
 from inventory.models import Inventory
 from orders.models import Order, Reservation
 from orders.tests.test_sweeper import subprocess_env
-from payments import services, signing
+from payments import sandbox, services, signing
 from skincare import devdb
 from skincare.testing import assert_invariants, backends, wait_for_lock_waiters, wait_until
 
@@ -85,6 +85,8 @@ def gunicorn():
         "DB_LOCK_TIMEOUT_MS": "60000",
         "PAYMENT_WEBHOOK_SECRET": SECRET,
         "PAYMENT_SANDBOX": "true",
+        "PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG": "true",  # a test server: the sandbox start-up check allows it
+        "MAX_PENDING_ORDERS_PER_CUSTOMER": "0",  # setup: the test's one customer checks out many times
         "WEB_CONCURRENCY": "2",
         "PORT": str(port),
         "GUNICORN_LOGLEVEL": "warning",
@@ -152,7 +154,7 @@ def endpoints(base, token, product, order):
         "order": request(f"{base}/v1/orders/{order.pk}", headers=auth),
         "cancel": request(f"{base}/v1/orders/{order.pk}/cancel", method="POST", headers=auth),
         "webhook": request(f"{base}/v1/payments/webhook", method="POST", body=event, headers=webhook_headers),
-        "sandbox": request(f"{base}/v1/payments/sandbox/{order.pk}"),
+        "sandbox": request(base + sandbox.sandbox_path(order)),  # the signed link checkout hands out
         "admin": (admin_status, admin_headers, admin_body),
     }
 

@@ -39,7 +39,7 @@ def db_state() -> tuple[Any, ...]:
             """
             SELECT (SELECT COUNT(*) FROM orders), (SELECT COUNT(*) FROM inventory_reservations),
                    (SELECT COUNT(*) FROM payment_attempts), (SELECT COUNT(*) FROM stock_movements),
-                   (SELECT COUNT(*) FROM processed_events), (SELECT COUNT(*) FROM authtoken_token),
+                   (SELECT COUNT(*) FROM processed_events), (SELECT COUNT(*) FROM api_tokens),
                    (SELECT string_agg(format('%s:%s', id, status), ',' ORDER BY id) FROM orders),
                    (SELECT string_agg(format('%s:%s:%s:%s', product_id, available_stock, reserved_stock, version),
                                       ',' ORDER BY product_id) FROM inventories)
