@@ -4,6 +4,9 @@ The views validate by hand (``skincare.validation``), so their request and respo
 ``extend_schema`` and these plain serializers; they are never used to parse anything.
 """
 
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse
 from rest_framework import serializers
 
@@ -50,3 +53,13 @@ BUSY = error(
 )
 UNAVAILABLE = error("The database is unreachable; retry after the `Retry-After` seconds.", "database_unavailable")
 INTERNAL = error("A bug: logged in full on the server; nothing internal is in the body.", "internal_error")
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """``skincare.api.BearerTokenAuthentication`` in the schema: HTTP bearer tokens (imported by SkincareConfig)."""
+
+    target_class = "skincare.api.BearerTokenAuthentication"
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer"}
