@@ -50,7 +50,8 @@ def statements_of_one_checkout(customer, product):
 
 
 @pytest.mark.django_db(transaction=True)  # SERIALIZABLE needs the checkout to be the outermost transaction
-def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_product, customer):
+def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_product, customer, settings):
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0  # setup: one customer checks out once per strategy
     manager = Client()
     user = ensure_ops_groups()["stock_managers"].user_set.model.objects.create_user(
         username="strategy-manager", password="x" * 20, is_staff=True
