@@ -17,10 +17,13 @@ _skus = count(1)
 @pytest.fixture(autouse=True)
 def _fresh_sold_out_memory():
     from inventory import soldout
+    from skincare import selectors
 
     soldout.forget_all()
+    selectors.forget_all()  # tokens remembered by this process (the demo token exists in many tests)
     yield
     soldout.forget_all()
+    selectors.forget_all()
 
 
 @pytest.fixture

@@ -36,7 +36,11 @@ def api_token_issue(*, user: AbstractBaseUser, token: str | None = None, ttl_sec
 @transaction.atomic
 def api_tokens_revoke(*, user: AbstractBaseUser) -> int:
     """Revoke every token of ``user`` that is not revoked yet (database clock). Returns how many."""
-    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=Now())
+    revoked = ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=Now())
+    from skincare.selectors import forget_user  # this process stops accepting them at once; others within the TTL
+
+    transaction.on_commit(lambda: forget_user(user.pk))
+    return revoked
 
 
 _RATE_LIMIT_HIT_SQL = """

@@ -227,6 +227,9 @@ MAX_PENDING_ORDERS_PER_CUSTOMER = env.int("MAX_PENDING_ORDERS_PER_CUSTOMER", def
 CHECKOUT_RATE_LIMIT = env("CHECKOUT_RATE_LIMIT", default="")
 # API tokens expire this many seconds after they are issued; unset = they never expire.
 API_TOKEN_TTL_SECONDS = env.int("API_TOKEN_TTL_SECONDS", default=None)
+# How long a worker remembers a valid token (no query per request). A revoked token keeps working in OTHER worker
+# processes for at most this long (docs/reliability.md); 0 = look every token up.
+API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=10.0)
 
 # Observability
 # GET /metrics answers loopback clients only, unless METRICS_TOKEN is set: then `Authorization: Bearer <token>`.
