@@ -104,9 +104,8 @@ def test_the_product_api_shows_the_strategy(client, make_product):
     assert client.get(f"/v1/products/{product.pk}").json()["inventory_strategy"] == "advisory"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_nowait_answers_lock_busy_at_once_while_the_row_is_held(make_product, api):
-    product = make_product(stock=5, strategy=S.ROW_LOCK_NOWAIT)
+def hold_inventory_row(product):
+    """Another connection holds the product's inventory row (FOR NO KEY UPDATE) until the returned event is set."""
     held, release = threading.Event(), threading.Event()
 
     def hold_row():
@@ -117,6 +116,13 @@ def test_nowait_answers_lock_busy_at_once_while_the_row_is_held(make_product, ap
 
     holder = ThreadRun(hold_row)
     assert held.wait(timeout=30)
+    return holder, release
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nowait_answers_lock_busy_at_once_while_the_row_is_held(make_product, api):
+    product = make_product(stock=5, strategy=S.ROW_LOCK_NOWAIT)
+    holder, release = hold_inventory_row(product)
 
     def buy_without_a_lock_timeout():
         with connection.cursor() as cursor:
@@ -148,16 +154,7 @@ def test_nowait_answers_lock_busy_at_once_while_the_row_is_held(make_product, ap
 def test_control_a_waiting_row_lock_waits_instead_of_answering_busy(make_product, customer, settings):
     """The same held row with ``row_lock``: the checkout waits its turn (here until the lock timeout)."""
     product = make_product(stock=5, strategy=S.ROW_LOCK)
-    held, release = threading.Event(), threading.Event()
-
-    def hold_row():
-        with psycopg.connect(conninfo()) as other:
-            other.execute("SELECT 1 FROM inventories WHERE product_id = %s FOR NO KEY UPDATE", [product.pk])
-            held.set()
-            assert release.wait(timeout=60)
-
-    holder = ThreadRun(hold_row)
-    assert held.wait(timeout=30)
+    holder, release = hold_inventory_row(product)
 
     def buy_with_short_lock_timeout():
         with connection.cursor() as cursor:
