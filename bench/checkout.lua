@@ -4,7 +4,10 @@
 --   BENCH_PRODUCT           product id for hot / soldout
 --   BENCH_SPREAD_FIRST, BENCH_SPREAD_COUNT   the spread product ids
 --   BENCH_CART   products per multi-item cart (default 3)
--- done() prints one line "BENCH_JSON {...}" with counts by status and latency percentiles (microseconds).
+-- done() prints one line "BENCH_JSON {...}" with counts by status and latency percentiles (microseconds). 409s and
+-- 503s are also counted by code (a plain substring search of the short error body, only for those statuses):
+-- s409_lock_busy (row_lock_nowait), s409_gave_up (optimistic gave up: stock_conflict with gave_up_after),
+-- s503_busy (code "busy": lock timeout or serialization retries ran out).
 
 local threads = {}
 local next_id = 0
@@ -31,6 +34,7 @@ function init(args)
   math.randomseed(os.time() * 1000 + tid)
   n = 0
   s201, s409, s2xx, s4xx, s5xx, sother = 0, 0, 0, 0, 0, 0
+  s409_lock_busy, s409_gave_up, s503_busy = 0, 0, 0
 end
 
 local function item(pid)
@@ -66,15 +70,21 @@ end
 
 function response(status, headers, body)
   if status == 201 then s201 = s201 + 1
-  elseif status == 409 then s409 = s409 + 1
+  elseif status == 409 then
+    s409 = s409 + 1
+    if string.find(body, "lock_busy", 1, true) then s409_lock_busy = s409_lock_busy + 1
+    elseif string.find(body, "gave_up_after", 1, true) then s409_gave_up = s409_gave_up + 1 end
   elseif status >= 200 and status < 300 then s2xx = s2xx + 1
   elseif status >= 400 and status < 500 then s4xx = s4xx + 1
-  elseif status >= 500 then s5xx = s5xx + 1
+  elseif status >= 500 then
+    s5xx = s5xx + 1
+    if status == 503 and string.find(body, '"busy"', 1, true) then s503_busy = s503_busy + 1 end
   else sother = sother + 1 end
 end
 
 function done(summary, latency, requests)
-  local c = { s201 = 0, s409 = 0, s2xx = 0, s4xx = 0, s5xx = 0, sother = 0 }
+  local c = { s201 = 0, s409 = 0, s2xx = 0, s4xx = 0, s5xx = 0, sother = 0,
+              s409_lock_busy = 0, s409_gave_up = 0, s503_busy = 0 }
   for _, thread in ipairs(threads) do
     for k, _ in pairs(c) do c[k] = c[k] + (thread:get(k) or 0) end
   end
@@ -82,8 +92,9 @@ function done(summary, latency, requests)
   io.write(string.format(
     'BENCH_JSON {"requests":%d,"duration_us":%d,"connect_errors":%d,"read_errors":%d,"write_errors":%d,' ..
     '"timeouts":%d,"status_errors":%d,"s201":%d,"s409":%d,"s2xx":%d,"s4xx":%d,"s5xx":%d,"sother":%d,' ..
+    '"s409_lock_busy":%d,"s409_gave_up":%d,"s503_busy":%d,' ..
     '"p50_us":%d,"p95_us":%d,"p99_us":%d,"max_us":%d,"mean_us":%d}\n',
     summary.requests, summary.duration, e.connect, e.read, e.write, e.timeout, e.status,
-    c.s201, c.s409, c.s2xx, c.s4xx, c.s5xx, c.sother,
+    c.s201, c.s409, c.s2xx, c.s4xx, c.s5xx, c.sother, c.s409_lock_busy, c.s409_gave_up, c.s503_busy,
     latency:percentile(50), latency:percentile(95), latency:percentile(99), latency.max, latency.mean))
 end

@@ -10,7 +10,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,14 +102,38 @@ def run_wrk(
         "status_5xx": raw["s5xx"],
         "status_4xx_other": raw["s4xx"] + raw["sother"],
         "socket_errors": errors,
+        "status_201": raw["s201"],
+        "status_409": raw["s409"],
+        # 409s and 503s by code (bench/checkout.lua): NOWAIT refusals, optimistic give-ups, 503 busy
+        "status_409_lock_busy": raw.get("s409_lock_busy", 0),
+        "status_409_gave_up": raw.get("s409_gave_up", 0),
+        "status_503_busy": raw.get("s503_busy", 0),
         **resources,
     }
 
 
-def run_pgbench(url: str, name: str, *, duration: int, connections: int, customer_id: int) -> dict[str, Any]:
+def _pgbench_count(out: str, label: str) -> int:
+    """A count from pgbench's summary (``<label>: N``), 0 when pgbench did not print it."""
+    match = re.search(rf"{re.escape(label)}: (\d+)", out)
+    return int(match.group(1)) if match else 0
+
+
+def run_pgbench(
+    url: str,
+    name: str,
+    *,
+    duration: int,
+    connections: int,
+    customer_id: int,
+    script_text: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> dict[str, Any]:
+    """pgbench for ``duration`` s running ``script_text`` (default: ``pgbench_script(name)``, a LIMITS scenario)
+    with ``extra_args`` (e.g. ``--max-tries``); failed transactions (pgbench 15+: serialization/deadlock errors
+    after the last try) are counted, not timed."""
     conn = parse_qs_host(url)
     script = RESULTS / f"{name}.sql"
-    script.write_text(pgbench_script(name, customer_id))
+    script.write_text(script_text if script_text is not None else pgbench_script(name, customer_id))
     logdir = RESULTS / f"pgbench-{name}"
     shutil.rmtree(logdir, ignore_errors=True)
     logdir.mkdir(parents=True)
@@ -117,7 +141,7 @@ def run_pgbench(url: str, name: str, *, duration: int, connections: int, custome
         str(Path(pg_bindir()) / "pgbench"),
         "-h", conn["host"], "-p", conn["port"], "-U", conn["user"],
         "-n", "-M", "prepared", "-c", str(connections), "-j", "2", "-T", str(duration),
-        "-f", str(script), "-l", "--log-prefix", str(logdir / "tx"), conn["dbname"],
+        "-f", str(script), "-l", "--log-prefix", str(logdir / "tx"), *extra_args, conn["dbname"],
     ]  # fmt: skip
     returncode, out, resources = _run_sampled(cmd, ())
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
@@ -128,7 +152,7 @@ def run_pgbench(url: str, name: str, *, duration: int, connections: int, custome
     for path in logdir.iterdir():
         for line in path.read_text().splitlines():
             parts = line.split()
-            if len(parts) >= 3:
+            if len(parts) >= 3 and parts[2].isdigit():  # a failed transaction logs "failed"/"serialization"/...
                 latencies.append(int(parts[2]))
     latencies.sort()
     pct = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1000 if latencies else None  # noqa: E731
@@ -147,6 +171,12 @@ def run_pgbench(url: str, name: str, *, duration: int, connections: int, custome
         "status_5xx": 0,
         "status_4xx_other": 0,
         "socket_errors": int(failed.group(1)) if failed else 0,
+        "processed": _pgbench_count(out, "number of transactions actually processed"),
+        "failed": int(failed.group(1)) if failed else 0,
+        "serialization_failures": _pgbench_count(out, "number of serialization failures"),
+        "deadlock_failures": _pgbench_count(out, "number of deadlock failures"),
+        "retried": _pgbench_count(out, "number of transactions retried"),
+        "retries": _pgbench_count(out, "total number of retries"),
         **resources,
     }
 

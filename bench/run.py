@@ -7,11 +7,17 @@
 2. The stack: wrk + bench/checkout.lua through gunicorn: hot SKU, spread SKUs, multi-item carts (3 products),
    a sold-out flood (stock 0, every answer a 409) and GET /healthz (the baseline for the sold-out flood).
 
+3. The inventory-strategy matrix (bench.strategies): each strategy x {hot, spread, multi, soldout}, through HTTP
+   and as raw SQL in pgbench, on the same database (``--no-strategies`` skips it; ``--only`` and ``--matrix``
+   runs never include it).
+
 After every run: ``manage.py audit_inventory``. Reported: successful reservations/s, 409s/s, p50/p95/p99,
 errors, CPU and peak RSS per gunicorn worker (psutil), PostgreSQL CPU, the stack/limit ratios.
-Writes bench-results/bench.json, docs/img/bench.png, and the results block of docs/benchmarks.md.
+Writes bench-results/bench.json, docs/img/bench.png, and the results block of docs/benchmarks.md; the matrix
+writes bench-results/strategies.json and its block of docs/strategies.md.
 
-    python -m bench.run                       # the full run (about 4 minutes)
+    python -m bench.run                       # the full run (about 4 minutes, then about 7 for the strategy matrix)
+    python -m bench.run --no-strategies       # without the strategy matrix
     python -m bench.run --duration 10 --only hot,soldout,healthz --workers 4 --no-docs
     python -m bench.run --matrix              # the configuration experiments recorded in docs/benchmarks.md
     python -m bench.run --profile             # py-spy on one worker during the hot run
@@ -31,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import strategies
 from bench.common import RESULTS, ROOT, Gunicorn, log
 from bench.common import server_url as db_url
 from bench.drivers import LIMITS, STACK, audit, run_pgbench, run_wrk
@@ -145,6 +152,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quiet-wait", type=int, default=20, help="max seconds to wait for an idle machine per run")
     parser.add_argument("--dbname", default="skincare_bench", help="benchmark database (dropped and re-created)")
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/ (results stay in bench-results/)")
+    parser.add_argument(
+        "--no-strategies", action="store_true", help="skip the inventory-strategy matrix (bench.strategies)"
+    )
     return parser.parse_args(argv)
 
 
@@ -204,7 +214,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     tokens_file, customer_id = seed(url)
     if args.matrix:
         return run_matrix(url, tokens_file, customer_id, args)
-    return run_once(url, tokens_file, customer_id, args, started)
+    code = run_once(url, tokens_file, customer_id, args, started)
+    if args.only or args.no_strategies:
+        return code
+    # The strategy matrix, on the same database, with its own defaults (short cells, 16 connections).
+    matrix_argv = ["--dbname", args.dbname, "--workers", str(args.workers)] + (["--no-docs"] if args.no_docs else [])
+    log("inventory-strategy matrix (bench.strategies)")
+    return max(code, strategies.run_matrix(url, tokens_file, customer_id, strategies.parse_args(matrix_argv)))
 
 
 if __name__ == "__main__":
