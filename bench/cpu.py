@@ -36,11 +36,10 @@ is not touched. The cancelled bench orders stay in the database (as cancelled or
 
 Environment it runs with: ``DJANGO_SETTINGS_MODULE=skincare.settings``; ``DB_CONN_MAX_AGE=600`` unless set
 (one connection reused for the whole run, as a gunicorn worker does with the default 60 s);
-``DB_CONN_HEALTH_CHECKS`` left at the settings default (true: the first query of every request that touches
-the database is preceded by a ``SELECT 1`` round trip, as in production); ``DJANGO_DEBUG`` off (the default; a
+``DB_CONN_HEALTH_CHECKS`` left at the settings default (off, as `make bench` measured best; when on, every
+request that uses the database starts with a ``SELECT 1`` round trip); ``DJANGO_DEBUG`` off (the default; a
 warning is printed otherwise, since DEBUG records every query). The values used are printed and written to the
-JSON. Reference run (Python 3.11.7, Django 5.2, embedded PostgreSQL 18 on a Unix socket, 2 cores): healthz
-~0.15 ms, product GET ~1 ms, sold-out checkout ~1.7 ms, checkout ~3.5 ms of Python CPU per request.
+JSON. docs/benchmarks.md has the numbers, before and after this project's performance work.
 
 For other benchmark code: ``measure()`` runs the HTTP scenarios, ``measure_callable()`` /
 ``measure_callables()`` time arbitrary zero-argument callables the same way (e.g. two validation

@@ -27,7 +27,7 @@ PGBENCH_PRODUCT = {
     "limit-spread": f"\\set pid random({SPREAD_FIRST}, {SPREAD_FIRST + SPREAD_COUNT - 1})",
 }
 PGBENCH_PRODUCT["limit-hot-seed-order"] = PGBENCH_PRODUCT["limit-hot"]
-# The statements payments.services.checkout sends (see docs/benchmarks.md), as one raw-SQL transaction.
+# The seed's checkout transaction on this schema (see pgbench_script), as one raw-SQL transaction.
 SQL_HEAD = """BEGIN;
 SELECT price, now() AS db_now FROM products WHERE id = :pid AND is_active \\gset
 INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at) VALUES (:cust, 'pending_payment', now() + interval '1800 seconds', :price, now(), now()) RETURNING id AS order_id \\gset
@@ -42,9 +42,15 @@ SQL_GUARDED_UPDATE = "UPDATE inventories SET available_stock = available_stock -
 
 
 def pgbench_script(name: str, customer_id: int) -> str:
-    rest = [*SQL_REST, SQL_GUARDED_UPDATE]
-    if name == "limit-hot-seed-order":  # the seed's order: the row lock is taken second and held for the rest
-        rest = [SQL_GUARDED_UPDATE, *SQL_REST]
+    """``limit-hot-seed-order`` and ``limit-spread``: the seed's checkout transaction as the seed writes it (order,
+    guarded UPDATE right after it, then the reservation, the payment attempt, plus this schema's line and ledger
+    row), a fixed reference that does not move when the service's statements change. ``limit-hot``: the service's
+    own statements today (quote read, one INSERT statement, guarded UPDATE last: bench.strategies, guarded_update)."""
+    if name == "limit-hot":
+        from bench.strategies import pgbench_script as service_script  # bench.strategies imports this module
+
+        return service_script("guarded_update", "hot", customer_id)
+    rest = [SQL_GUARDED_UPDATE, *SQL_REST]  # the seed's order: the row lock is taken second and held for the rest
     return f"{PGBENCH_PRODUCT[name]}\n\\set cust {customer_id}\n{SQL_HEAD}" + "\n".join(rest) + "\nCOMMIT;\n"
 
 

@@ -108,7 +108,9 @@ def main(argv=None):
     parser.add_argument("--naive", action="store_true", help="TEST ONLY: serve with the read-check-write reservation")
     parser.add_argument("--host", help="an already running stack (http://127.0.0.1:PORT) instead of starting one")
     parser.add_argument("--mixed-seconds", type=int, default=30)
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "5")))
+    parser.add_argument(
+        "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", (os.cpu_count() or 2) + 1))
+    )
     args = parser.parse_args(argv)
     naive = args.naive or os.environ.get("BENCH_NAIVE") == "1"
     RESULTS.mkdir(exist_ok=True)

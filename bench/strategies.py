@@ -322,7 +322,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated, default all six")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ",".join(SCENARIOS))
     parser.add_argument("--drivers", default="http,pgbench", help="http, pgbench or both (default)")
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 2)))
+    parser.add_argument(
+        "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", (os.cpu_count() or 2) + 1))
+    )
     parser.add_argument("--quiet-wait", type=int, default=3, help="max seconds to wait for an idle machine per cell")
     parser.add_argument("--dbname", default="skincare_bench", help="benchmark database (dropped and re-created)")
     parser.add_argument("--no-docs", action="store_true", help="write the table to bench-results/strategies.md only")

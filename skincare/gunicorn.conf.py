@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
-workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() * 2 + 1))
+# One sync worker per core plus one: measured best with PostgreSQL on the same box (docs/benchmarks.md, the
+# `make bench --matrix` table: 2, 3, 4, 5, 8 sync workers and gthread). More workers only add context switches.
+workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() + 1))
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 # A flash sale opens many connections at once; let them queue in the kernel instead of being refused.

@@ -130,9 +130,12 @@ def _database():
         config["CONN_HEALTH_CHECKS"] = False
     else:
         config["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
-        # A health check costs one extra round trip (SELECT 1) at the start of every request that reuses a
-        # connection; it turns the first request after a database restart from a 500 into a reconnect.
-        config["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=True)
+        # Off by default (measured: +14-17 % sold-out 409s/s without it, docs/benchmarks.md). A health check costs a
+        # round trip (SELECT 1) at the start of every request that uses the database, even a checkout refused from
+        # memory. Without it, the first request on a connection that died (database restart) answers 503
+        # database_unavailable with Retry-After, and Django drops that connection at the end of the request, so the
+        # next one reconnects: recovery without a restart (payments/tests/test_outages.py runs both ways).
+        config["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=False)
     # No session state: server-side cursors (QuerySet.iterator) would need the same server connection across
     # transactions, which a transaction-mode pooler does not promise. (Prepared statements are off by default in
     # Django's psycopg backend; advisory locks, where used, must be pg_advisory_xact_lock.)

@@ -1,5 +1,5 @@
-"""Outages against the real stack: gunicorn (sync workers, persistent connections with health checks, as in
-production) in front of the embedded PostgreSQL, which these tests stop, start and restart.
+"""Outages against the real stack: gunicorn (sync workers, persistent connections, as in production; the outage
+test runs with and without connection health checks) in front of the embedded PostgreSQL, which these tests stop, start and restart.
 
 - database down: every endpoint answers 503 ``database_unavailable`` with ``Retry-After`` (healthz stays 200),
   and the service recovers by itself when the database is back;
@@ -42,7 +42,7 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def request(url, *, method="GET", body=None, headers=None, timeout=30):
+def http(url, *, method="GET", body=None, headers=None, timeout=30):
     """(status, headers, parsed JSON or None); a dropped connection raises."""
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
@@ -76,12 +76,15 @@ def embedded_server():
 
 
 @pytest.fixture
-def gunicorn():
+def gunicorn(request):
+    """gunicorn with production-like persistent connections; connection health checks as the defaults have them
+    (off) unless the test parametrizes this fixture (``indirect``) with "true"."""
+    health_checks = getattr(request, "param", "false")
     port = free_port()
     env = {
         **subprocess_env(),
-        "DB_CONN_MAX_AGE": "60",  # production-like persistent connections, with health checks
-        "DB_CONN_HEALTH_CHECKS": "true",
+        "DB_CONN_MAX_AGE": "60",
+        "DB_CONN_HEALTH_CHECKS": health_checks,
         "DB_LOCK_TIMEOUT_MS": "60000",
         "PAYMENT_WEBHOOK_SECRET": SECRET,
         "PAYMENT_SANDBOX": "true",
@@ -102,7 +105,7 @@ def gunicorn():
 
     def up():
         try:
-            return request(f"{base}/healthz", timeout=2)[0] == 200
+            return http(f"{base}/healthz", timeout=2)[0] == 200
         except OSError:
             return False
 
@@ -122,7 +125,7 @@ def gunicorn():
 def checkout(base, token, product_id, qty=1):
     body = json.dumps({"items": [{"product_id": product_id, "qty": qty}]}).encode()
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-    return request(f"{base}/v1/checkout", method="POST", body=body, headers=headers)
+    return http(f"{base}/v1/checkout", method="POST", body=body, headers=headers)
 
 
 def endpoints(base, token, product, order):
@@ -146,19 +149,20 @@ def endpoints(base, token, product, order):
     except ValueError:
         admin_body = None
     return {
-        "healthz": request(f"{base}/healthz"),
-        "readyz": request(f"{base}/readyz"),
-        "products": request(f"{base}/v1/products"),
-        "product": request(f"{base}/v1/products/{product.pk}"),
+        "healthz": http(f"{base}/healthz"),
+        "readyz": http(f"{base}/readyz"),
+        "products": http(f"{base}/v1/products"),
+        "product": http(f"{base}/v1/products/{product.pk}"),
         "checkout": checkout(base, token, product.pk),
-        "order": request(f"{base}/v1/orders/{order.pk}", headers=auth),
-        "cancel": request(f"{base}/v1/orders/{order.pk}/cancel", method="POST", headers=auth),
-        "webhook": request(f"{base}/v1/payments/webhook", method="POST", body=event, headers=webhook_headers),
-        "sandbox": request(base + sandbox.sandbox_path(order)),  # the signed link checkout hands out
+        "order": http(f"{base}/v1/orders/{order.pk}", headers=auth),
+        "cancel": http(f"{base}/v1/orders/{order.pk}/cancel", method="POST", headers=auth),
+        "webhook": http(f"{base}/v1/payments/webhook", method="POST", body=event, headers=webhook_headers),
+        "sandbox": http(base + sandbox.sandbox_path(order)),  # the signed link checkout hands out
         "admin": (admin_status, admin_headers, admin_body),
     }
 
 
+@pytest.mark.parametrize("gunicorn", ["false", "true"], indirect=True, ids=["no-health-checks", "health-checks"])
 def test_database_down_every_endpoint_503_then_recovers_without_restart(
     embedded_server, gunicorn, make_product, customer
 ):
@@ -182,7 +186,7 @@ def test_database_down_every_endpoint_503_then_recovers_without_restart(
         devdb.start_server(socket_dir=embedded_server)
     connections.close_all()
 
-    wait_until(lambda: request(f"{base}/readyz")[0] == 200, timeout=30, what="readyz after the restart")
+    wait_until(lambda: http(f"{base}/readyz")[0] == 200, timeout=30, what="readyz after the restart")
     for _ in range(4):  # every worker reconnected by itself: no restart, no 5xx
         answers = endpoints(base, customer.api_token, product, order)
         assert {name: a[0] for name, a in answers.items()} == {
