@@ -88,32 +88,31 @@ def stock_reserve_ledger_cte(*, source: str) -> tuple[str, dict[str, Any]]:
     return _RESERVE_LEDGER_CTE.format(source=source), {"ledger_reserve_reason": Reason.RESERVE.value}
 
 
+def _reserve_changes(qty: int) -> dict[str, Any]:
+    """What a reservation of ``qty`` units does to an inventory row (the SET of the guarded update)."""
+    return {
+        "version": F("version") + 1,
+        "updated_at": Now(),
+        "available_stock": F("available_stock") - qty,
+        "reserved_stock": F("reserved_stock") + qty,
+    }
+
+
 # The single-product reservation: a guarded F-expression update, compiled once per process (skincare.db).
 _reserve_one = CompiledUpdate(
     lambda product_id, qty: (
         Inventory.objects.filter(product_id=product_id, available_stock__gte=qty),
-        {
-            "version": F("version") + 1,
-            "updated_at": Now(),
-            "available_stock": F("available_stock") - qty,
-            "reserved_stock": F("reserved_stock") + qty,
-        },
+        _reserve_changes(qty),
     ),
     "product_id",
     "qty",
 )
 
-
 # The optimistic strategy's update: the same guard, and the version the checkout read must still be current.
 _reserve_one_at_version = CompiledUpdate(
     lambda product_id, qty, version: (
         Inventory.objects.filter(product_id=product_id, available_stock__gte=qty, version=version),
-        {
-            "version": F("version") + 1,
-            "updated_at": Now(),
-            "available_stock": F("available_stock") - qty,
-            "reserved_stock": F("reserved_stock") + qty,
-        },
+        _reserve_changes(qty),
     ),
     "product_id",
     "qty",
