@@ -32,6 +32,7 @@ from bench.common import (
     ROOT,
     Gunicorn,
     ctl,
+    django_env,
     flash_sale_setup,
     log,
     recreate_database,
@@ -58,10 +59,11 @@ def run_locust(
 ) -> dict[str, Any]:
     summary_path = RESULTS / f"loadtest-{name}.json"
     summary_path.unlink(missing_ok=True)
-    env = dict(os.environ)
+    # The swarm checks at the end run manage.py audit_inventory / bench.djangoctl: they need the same Django
+    # environment as the server (labelled bench-only secret key, see bench.common.django_env).
+    env = django_env(url)
     env.update(
         {
-            "DATABASE_URL": url,
             "PAYMENT_WEBHOOK_SECRET": secret,
             "LOADTEST_TOKENS_FILE": str(tokens_file),
             "FLASH_SALE_STOCK": str(stock),

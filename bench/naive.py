@@ -14,7 +14,7 @@ from inventory.models import Inventory
 
 
 @transaction.atomic(savepoint=False)
-def naive_stock_reserve(*, quantities, order_id):
+def naive_stock_reserve(*, quantities, order_id, quotes=None):
     for product_id in sorted(quantities):
         qty = quantities[product_id]
         available, reserved = Inventory.objects.filter(product_id=product_id).values_list(

@@ -130,7 +130,7 @@ def _database():
         config["CONN_HEALTH_CHECKS"] = False
     else:
         config["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
-        # Off by default (measured: +14-17 % sold-out 409s/s without it, docs/benchmarks.md). A health check costs a
+        # Off by default (measured: +11-22 % sold-out 409s/s without it, docs/benchmarks.md). A health check costs a
         # round trip (SELECT 1) at the start of every request that uses the database, even a checkout refused from
         # memory. Without it, the first request on a connection that died (database restart) answers 503
         # database_unavailable with Retry-After, and Django drops that connection at the end of the request, so the
