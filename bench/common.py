@@ -152,7 +152,15 @@ class Gunicorn:
             "DB_CONN_MAX_AGE": conn_max_age,
         }
         self.env = django_env(
-            url, HOST="127.0.0.1", PORT=self.port, GUNICORN_LOGLEVEL="warning", **self.settings, **(extra_env or {})
+            url,
+            HOST="127.0.0.1",
+            PORT=self.port,
+            GUNICORN_LOGLEVEL="warning",
+            # As `make run` serves: Django's INFO logging, i.e. one JSON access line per request (its cost is
+            # part of what is measured); management commands run by the bench stay at WARNING.
+            LOG_LEVEL="INFO",
+            **self.settings,
+            **(extra_env or {}),
         )
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = RESULTS / f"gunicorn-{self.port}.log"

@@ -136,9 +136,9 @@ MUTATIONS = [
     ),
     Mutation(
         "nul-token",
-        "tokens are looked up without refusing impossible keys (NUL → database error)",
+        "tokens are looked up without refusing impossible keys (non-ASCII → decoding error)",
         "skincare/api.py",
-        "if len(key) > self.max_key_length or not key.isprintable():",
+        "if len(raw) > MAX_TOKEN_LENGTH or not all(0x21 <= byte <= 0x7E for byte in raw):",
         "if False:",
         ("skincare/tests/test_fuzz.py::test_any_header_value_on_authenticated_endpoints_is_never_a_5xx",),
     ),

@@ -142,14 +142,15 @@ def chart(report: dict[str, Any], path: Path = CHART) -> None:
     plt.close(fig)
 
 
-def update_docs(block: str, path: Path = DOCS) -> None:
-    """Replace what stands between the results markers of ``path`` with ``block`` (markers added if missing)."""
-    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{MARK_START}\n{MARK_END}\n"
-    if MARK_START not in text:
-        text += f"\n{MARK_START}\n{MARK_END}\n"
-    head, _, rest = text.partition(MARK_START)
-    _, _, tail = rest.partition(MARK_END)
-    path.write_text(f"{head}{MARK_START}\n{block}\n{MARK_END}{tail}")
+def update_docs(block: str, path: Path = DOCS, *, start: str = MARK_START, end: str = MARK_END) -> None:
+    """Replace what stands between the ``start``/``end`` markers of ``path`` with ``block`` (markers added if
+    missing). The results block by default; bench.run also writes bench.cpu's table between its own markers."""
+    text = path.read_text() if path.exists() else f"# Benchmarks\n\n{start}\n{end}\n"
+    if start not in text:
+        text += f"\n{start}\n{end}\n"
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{start}\n{block}\n{end}{tail}")
 
 
 def server_settings(url: str) -> dict[str, str]:

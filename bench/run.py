@@ -31,6 +31,7 @@ chart, docs/benchmarks.md), bench.common (databases, manage.py, gunicorn).
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import strategies
-from bench.common import RESULTS, ROOT, Gunicorn, log
+from bench.common import RESULTS, ROOT, Gunicorn, django_env, log
 from bench.common import server_url as db_url
 from bench.drivers import LIMITS, STACK, audit, run_pgbench, run_wrk
 from bench.profiling import profile_hot
@@ -204,8 +205,35 @@ def run_once(url: str, tokens_file: Path, customer_id: int, args: argparse.Names
         chart(report)
         update_docs(block)
         log(f"wrote {DOCS.relative_to(ROOT)} (results block) and {CHART.relative_to(ROOT)}")
+    if not args.only:
+        cpu_block = run_cpu(url)
+        print("\n" + cpu_block)
+        if not args.no_docs:
+            update_docs(cpu_block, start=CPU_MARK_START, end=CPU_MARK_END)
     clean = all(r["audit_clean"] for r in results.values()) and not sum(r["status_5xx"] for r in results.values())
     return 0 if clean else 1
+
+
+CPU_MARK_START, CPU_MARK_END = "<!-- cpu:results:start -->", "<!-- cpu:results:end -->"
+
+
+def run_cpu(url: str) -> str:
+    """``python -m bench.cpu`` on the benchmark database (its own child process, the bench environment): Python CPU
+    per request in-process for /healthz, a product GET, a sold-out refusal and a checkout; returns its table."""
+    log("bench.cpu: Python CPU per request, in-process (7 rounds x 300 requests, interleaved)")
+    out = RESULTS / "cpu.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cpu", "--markdown", "--json", str(out)],
+        cwd=ROOT,
+        env=django_env(url, LOG_LEVEL="INFO"),  # access lines on, as served
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"bench.cpu failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    return f"`make bench` run of `python -m bench.cpu` ({stamp}, the benchmark database):\n\n{proc.stdout.strip()}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
