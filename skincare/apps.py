@@ -13,7 +13,9 @@ class SkincareConfig(AppConfig):
             checks,  # noqa: F401 - registers the system checks
             signals,  # noqa: F401 - connects the admin login throttle's receivers
         )
+        from skincare.connections import connect_signals
         from skincare.retention import register_pruner
         from skincare.services import rate_limit_counters_prune
 
         register_pruner("rate_limit_counters", rate_limit_counters_prune)
+        connect_signals()

@@ -98,6 +98,8 @@ GUNICORN_TIMEOUT = env.int("GUNICORN_TIMEOUT", default=30)
 PGBOUNCER = env.bool("DB_PGBOUNCER", default=False)
 # A service transaction slower than this is logged as a warning (logger skincare.db.slow).
 DB_SLOW_TRANSACTION_MS = env.int("DB_SLOW_TRANSACTION_MS", default=1000)
+# A persistent connection idle longer than this is health-checked (SELECT 1) before a request uses it.
+DB_HEALTH_CHECK_AFTER_IDLE_MS = env.int("DB_HEALTH_CHECK_AFTER_IDLE_MS", default=250)
 
 
 def _database():
@@ -130,11 +132,11 @@ def _database():
         config["CONN_HEALTH_CHECKS"] = False
     else:
         config["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
-        # Off by default (measured: +11-22 % sold-out 409s/s without it, docs/benchmarks.md). A health check costs a
+        # Off by default (measured: +11-22 % sold-out 409s/s without it, docs/benchmarks.md): a health check costs a
         # round trip (SELECT 1) at the start of every request that uses the database, even a checkout refused from
-        # memory. Without it, the first request on a connection that died (database restart) answers 503
-        # database_unavailable with Retry-After, and Django drops that connection at the end of the request, so the
-        # next one reconnects: recovery without a restart (payments/tests/test_outages.py runs both ways).
+        # memory. Instead, a connection idle for more than DB_HEALTH_CHECK_AFTER_IDLE_MS is checked before its first
+        # query (skincare.connections): a busy worker never pays, one that sat through a database restart reconnects
+        # (payments/tests/test_outages.py runs both ways).
         config["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=False)
     # No session state: server-side cursors (QuerySet.iterator) would need the same server connection across
     # transactions, which a transaction-mode pooler does not promise. (Prepared statements are off by default in
