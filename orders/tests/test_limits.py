@@ -1,10 +1,7 @@
 """Per-customer purchase limits (``products.max_per_customer``) and the cap on open pending orders
 (``MAX_PENDING_ORDERS_PER_CUSTOMER``): both enforced under the customer's checkout lock (docs/locking.md, step 0)."""
 
-import json
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
@@ -15,6 +12,7 @@ from orders import services as order_services
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
 from payments import services
+from payments.tests.test_checkout_http_race import post_checkout_once
 from skincare.testing import assert_invariants, make_overdue, run_concurrently
 
 
@@ -176,17 +174,9 @@ def test_control_without_the_customer_lock_the_pending_cap_is_exceeded(make_prod
 
 
 def post_checkout(base_url, token, items):
-    request = urllib.request.Request(
-        f"{base_url}/v1/checkout",
-        data=json.dumps({"items": items}).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
+    """One HTTP checkout, no client retry: (status, body)."""
+    status, body, _retry_after = post_checkout_once(base_url, token, items)
+    return status, body
 
 
 @pytest.mark.django_db(transaction=True)
