@@ -7,7 +7,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 PORT ?= 8000
 
 # DEMO ONLY: defaults for `make run` and the manage.py commands it runs (production sets its own values; an
@@ -29,18 +29,18 @@ help:
 	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
 	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP)
 
 # With DATABASE_URL set, that database is used as is; otherwise the embedded server is started (reused if running).
 db: setup
-	@if [ -z "$$DATABASE_URL" ]; then $(PY) -m skincare.devdb ensure >/dev/null && echo "embedded PostgreSQL 18 up (.data/pg)"; \
+	@if [ -z "$$DATABASE_URL" ]; then $(PY) -m devtools.devdb ensure >/dev/null && echo "embedded PostgreSQL 18 up (.data/pg)"; \
 	else echo "using DATABASE_URL"; fi
 
 migrate: db
@@ -97,7 +97,7 @@ test: db lint browser-deps pgbouncer-deps
 	if [ -n "$$deselect" ]; then $(PY) -m pytest -m "$$deselect" $(PYTEST_ARGS); else $(PY) -m pytest $(PYTEST_ARGS); fi
 
 stop: setup
-	$(PY) -m skincare.devdb stop
+	$(PY) -m devtools.devdb stop
 
 loadtest: demo
 	$(PY) -m bench.loadtest
@@ -107,11 +107,11 @@ bench: demo
 
 # Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
 mutate: db
-	$(PY) -m bench.mutate $(MUTATIONS)
+	$(PY) -m devtools.mutate $(MUTATIONS)
 
 # PostgreSQL → PgBouncer (transaction mode) → 2 gunicorn instances + 2 sweepers, flash sale + mixed load across both.
 scaleout: db pgbouncer-deps
-	$(PY) -m bench.scaleout
+	$(PY) -m devtools.scaleout
 
 # Connection handling matrix: persistent connections vs Django's psycopg pool, with and without PgBouncer.
 bench-conn: db pgbouncer-deps

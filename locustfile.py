@@ -304,7 +304,7 @@ def _check_invariants(environment, **_kwargs):
             [
                 sys.executable,
                 "-m",
-                "bench.djangoctl",
+                "devtools.djangoctl",
                 "flash-sale-check",
                 "--product",
                 str(FLASH_PRODUCT),

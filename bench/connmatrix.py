@@ -19,11 +19,11 @@ import sys
 import threading
 import time
 
-from bench.common import RESULTS, Gunicorn, ctl, log
-from bench.common import server_url as db_url
-from bench.scaleout import Client, recreate
+from devtools.pgbouncer import PgBouncer
+from devtools.processes import RESULTS, Gunicorn, ctl, log
+from devtools.processes import server_url as db_url
+from devtools.scaleout import Client, recreate
 from skincare.db import TIMEOUTS_SQL
-from skincare.pgbouncer import PgBouncer
 
 DBNAME = "skincare_scaleout"  # the same throwaway database as make scaleout (recreated here)
 

@@ -10,7 +10,7 @@ generator on the same box); CPU per request moves much less (see /work/shared/no
 Method:
 
 - Django is set up in this process against the real PostgreSQL (``DATABASE_URL``, else the embedded server,
-  started with ``python -m skincare.devdb ensure`` like ``make db`` does). Migrations are applied. No mocks.
+  started with ``python -m devtools.devdb ensure`` like ``make db`` does). Migrations are applied. No mocks.
 - Requests are made by calling ``django.core.handlers.wsgi.WSGIHandler()`` directly with a prepared WSGI
   environ (body in ``wsgi.input``), so each one walks the real stack: request_started/request_finished signals
   (connection reuse and health check), every middleware, URL resolution, DRF parsing, Bearer-token
@@ -168,10 +168,10 @@ def setup_django() -> None:
     os.environ.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")  # bench only: one customer checks out many times
     if not os.environ.get("DATABASE_URL"):
         proc = subprocess.run(
-            [sys.executable, "-m", "skincare.devdb", "ensure"], cwd=ROOT, capture_output=True, text=True, check=False
+            [sys.executable, "-m", "devtools.devdb", "ensure"], cwd=ROOT, capture_output=True, text=True, check=False
         )
         if proc.returncode != 0:
-            raise SystemExit(f"python -m skincare.devdb ensure failed:\n{proc.stdout}{proc.stderr}")
+            raise SystemExit(f"python -m devtools.devdb ensure failed:\n{proc.stdout}{proc.stderr}")
     # WhiteNoise warns when collectstatic has not been run; irrelevant here.
     warnings.filterwarnings("ignore", message="No directory at")
     import django

@@ -14,10 +14,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, manage, parse_qs_host
 from bench.sampling import wait_sampling
 from bench.seeding import HOT, SOLD_OUT, SPREAD_COUNT, SPREAD_FIRST
 from bench.tools import pg_bindir
+from devtools.processes import RESULTS, ROOT, manage, parse_qs_host
 
 STACK = ["hot", "spread", "multi", "soldout", "healthz"]
 LIMITS = ["limit-hot", "limit-spread", "limit-hot-seed-order"]

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
+from devtools.processes import (
     BENCH_SECRET,
     RESULTS,
     ROOT,
@@ -38,7 +38,7 @@ from bench.common import (
     recreate_database,
     without_runtime_dir_warning,
 )
-from bench.common import server_url as db_url
+from devtools.processes import server_url as db_url
 
 LOCUST = str(ROOT / ".venv/bin/locust")
 
@@ -59,8 +59,8 @@ def run_locust(
 ) -> dict[str, Any]:
     summary_path = RESULTS / f"loadtest-{name}.json"
     summary_path.unlink(missing_ok=True)
-    # The swarm checks at the end run manage.py audit_inventory / bench.djangoctl: they need the same Django
-    # environment as the server (labelled bench-only secret key, see bench.common.django_env).
+    # The swarm checks at the end run manage.py audit_inventory / devtools.djangoctl: they need the same Django
+    # environment as the server (labelled bench-only secret key, see devtools.processes.django_env).
     env = django_env(url)
     env.update(
         {

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, Gunicorn
 from bench.drivers import wrk_command, wrk_env
+from devtools.processes import RESULTS, ROOT, Gunicorn
 
 
 def profile_hot(server: Gunicorn, base: str, tokens_file: Path, duration: int, connections: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, admin_conninfo
+from devtools.processes import ROOT, admin_conninfo
 
 DOCS = ROOT / "docs" / "benchmarks.md"
 CHART = ROOT / "docs" / "img" / "bench.png"

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import setup_django_quietly
+from devtools.processes import setup_django_quietly
 
 
 def main(argv: list[str]) -> None:

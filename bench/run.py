@@ -25,7 +25,7 @@ writes bench-results/strategies.json and its block of docs/strategies.md.
 This module is the orchestrator (command line, the suite, the matrix); the parts live beside it:
 bench.tools (wrk, matplotlib, py-spy, pgbench's directory), bench.seeding (the data), bench.drivers (pgbench and
 wrk runs, the audit), bench.sampling (CPU and memory), bench.profiling (py-spy), bench.report (ratios, markdown,
-chart, docs/benchmarks.md), bench.common (databases, manage.py, gunicorn).
+chart, docs/benchmarks.md), devtools.processes (databases, manage.py, gunicorn).
 """
 
 import argparse
@@ -39,8 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from bench import strategies
-from bench.common import RESULTS, ROOT, Gunicorn, django_env, log
-from bench.common import server_url as db_url
 from bench.drivers import LIMITS, STACK, audit, run_pgbench, run_wrk
 from bench.profiling import profile_hot
 from bench.report import (
@@ -57,6 +55,8 @@ from bench.report import (
 from bench.sampling import wait_for_quiet
 from bench.seeding import seed
 from bench.tools import ensure_tools
+from devtools.processes import RESULTS, ROOT, Gunicorn, django_env, log
+from devtools.processes import server_url as db_url
 
 MATRIX = [
     ("sync, 2 workers (= cores)", {"workers": 2}),

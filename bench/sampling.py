@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from bench.common import ROOT
+from devtools.processes import ROOT
 
 if TYPE_CHECKING:
     import psutil

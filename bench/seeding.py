@@ -4,7 +4,7 @@ database with them (demo data, the hot SKU, 1000 spread products, a sold-out SKU
 import json
 from pathlib import Path
 
-from bench.common import RESULTS, ctl, flash_sale_setup, log, manage, recreate_database
+from devtools.processes import RESULTS, ctl, flash_sale_setup, log, manage, recreate_database
 
 HOT = 101
 SOLD_OUT = 900

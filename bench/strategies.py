@@ -17,7 +17,7 @@ skips it).
 The pgbench scripts mirror ``inventory.services.stock_reserve`` (read its docstring) after the statements of
 ``orders.services.order_open`` (the quote read, then one INSERT statement for the order, its lines, its
 reservations, its reserve ledger rows and the payment attempt), as the benchmark's settings make the service send
-them: no pending-order cap (bench.common sets MAX_PENDING_ORDERS_PER_CUSTOMER=0, so no customer checkout lock and
+them: no pending-order cap (devtools.processes sets MAX_PENDING_ORDERS_PER_CUSTOMER=0, so no customer checkout lock and
 no pending count), no ``max_per_customer`` on the benchmark products, no checkout rate limit, no Idempotency-Key;
 the token lookup is left out, as in bench.drivers' limits:
 
@@ -57,13 +57,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, Gunicorn, log
-from bench.common import server_url as db_url
 from bench.drivers import audit, run_pgbench, run_wrk
 from bench.report import machine_info, server_settings
 from bench.sampling import wait_for_quiet
 from bench.seeding import HOT, SOLD_OUT, SPREAD_COUNT, SPREAD_FIRST, seed
 from bench.tools import ensure_tools
+from devtools.processes import RESULTS, ROOT, Gunicorn, log
+from devtools.processes import server_url as db_url
 
 STRATEGIES = ["guarded_update", "row_lock", "row_lock_nowait", "optimistic", "advisory", "serializable"]
 SCENARIOS = ["hot", "spread", "multi", "soldout"]

@@ -5,7 +5,7 @@ import os
 import shutil
 import subprocess
 
-from bench.common import PY, ROOT, log
+from devtools.processes import PY, ROOT, log
 
 
 def ensure_tools(need_pyspy: bool = False) -> None:
@@ -36,5 +36,5 @@ def ensure_tools(need_pyspy: bool = False) -> None:
 def pg_bindir() -> str:
     """The bin/ directory of the embedded PostgreSQL (where pgbench is)."""
     return subprocess.run(
-        [PY, "-m", "skincare.devdb", "bindir"], cwd=ROOT, capture_output=True, text=True, check=True
+        [PY, "-m", "devtools.devdb", "bindir"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -5,7 +5,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from skincare import devdb, logs
+from skincare import logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -102,8 +102,18 @@ DB_SLOW_TRANSACTION_MS = env.int("DB_SLOW_TRANSACTION_MS", default=1000)
 DB_HEALTH_CHECK_AFTER_IDLE_MS = env.int("DB_HEALTH_CHECK_AFTER_IDLE_MS", default=250)
 
 
+def _embedded_database_url() -> str | None:
+    """The embedded development server's URL when it runs (``make db``). Development tooling only: the production
+    image has no ``devtools`` package and must set DATABASE_URL."""
+    try:
+        from devtools import devdb
+    except ImportError:
+        return None
+    return devdb.url()
+
+
 def _database():
-    url = env("DATABASE_URL", default="") or devdb.url()
+    url = env("DATABASE_URL", default="") or _embedded_database_url()
     if not url:
         raise environ.ImproperlyConfigured(
             "DATABASE_URL is not set and the embedded PostgreSQL is not running: run `make db` or set DATABASE_URL."

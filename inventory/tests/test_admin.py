@@ -9,12 +9,12 @@ from django.contrib.messages import get_messages
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
+from devtools.testing import assert_invariants
 from inventory.models import Inventory, Product, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order, Reservation
 from payments import services as payment_services
 from payments.models import PaymentAttempt, ProcessedEvent
-from skincare.testing import assert_invariants
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@ reason, then try to save a count while a customer checks out, and get refused.
 
 Needs ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (``apt-get install chromium chromium-driver``); the
 test fails, never skips, without them. With ``SKINCARE_SCREENSHOT_DIR`` set, it saves ``admin-adjust.png``
-there (the screenshot in docs/ops.md: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest -m browser``).
+there (the screenshot in docs/operations.md: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest -m browser``).
 """
 
 import os
@@ -19,12 +19,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
+from devtools.testing import assert_invariants, run_concurrently
 from inventory import services
 from inventory.models import Inventory, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.models import Reservation
 from payments import services as payment_services
-from skincare.testing import assert_invariants, run_concurrently
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

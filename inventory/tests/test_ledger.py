@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
+from devtools.testing import assert_invariants
 from inventory import services
 from inventory.exceptions import StaleStockVersion, StockConflict, StockWouldGoNegative
 from inventory.models import Inventory, StockMovement
@@ -15,7 +16,6 @@ from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services as payment_services
 from skincare.db import sqlstate
-from skincare.testing import assert_invariants
 
 pytestmark = pytest.mark.django_db
 

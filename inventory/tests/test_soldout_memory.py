@@ -2,12 +2,12 @@
 
 import pytest
 
+from devtools.testing import run_concurrently
 from inventory import soldout
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory
 from orders.models import Order
 from payments import services
-from skincare.testing import run_concurrently
 
 pytestmark = pytest.mark.django_db
 

@@ -14,13 +14,13 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory.exceptions import LockBusy, StockConflict
 from inventory.models import Inventory, InventoryStrategy, Product
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
 from payments import services
 from payments.testing import STRATEGIES, buy_retrying, is_order
-from skincare.testing import ThreadRun, assert_invariants, run_concurrently
 
 S = InventoryStrategy
 

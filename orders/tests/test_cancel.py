@@ -5,13 +5,13 @@ import threading
 import pytest
 from rest_framework.test import APIClient
 
+from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.exceptions import OrderNotPending
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt
-from skincare.testing import assert_invariants, make_overdue, run_concurrently
 
 
 def cancel_url(order_id):

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory
 from orders import locks
@@ -13,7 +14,6 @@ from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
 from payments import services
 from payments.tests.test_checkout_http_race import post_checkout_once
-from skincare.testing import assert_invariants, make_overdue, run_concurrently
 
 
 def buy(api, product, qty=1):

@@ -18,13 +18,13 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services
 from payments.testing import STRATEGIES, buy_retrying
 from skincare.errors import ServiceBusy
-from skincare.testing import assert_invariants, run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,12 +11,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
+from devtools.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from orders.tests.test_sweeper import due_orders, manage, report, subprocess_env
 from skincare.errors import ServiceBusy
-from skincare.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

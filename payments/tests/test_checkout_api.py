@@ -7,10 +7,10 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
+from devtools.testing import assert_invariants
 from inventory.models import Inventory, StockMovement
 from orders.models import Order, Reservation
 from payments.models import PaymentAttempt
-from skincare.testing import assert_invariants
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
+from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order, Reservation
 from payments.testing import STRATEGIES
-from skincare.testing import assert_invariants, run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

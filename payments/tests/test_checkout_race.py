@@ -9,11 +9,11 @@ import threading
 import pytest
 from django.db import connection, transaction
 
+from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order, Reservation
 from payments.testing import STRATEGIES, buy_retrying
 from skincare.errors import ServiceBusy
-from skincare.testing import assert_invariants, run_concurrently
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

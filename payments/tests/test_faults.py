@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
+from devtools.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
 from inventory import services as inventory_services
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
@@ -19,7 +20,6 @@ from payments import services
 from payments.models import PaymentAttempt
 from skincare.db import retry_transient, sqlstate
 from skincare.errors import DatabaseUnavailable
-from skincare.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -319,7 +319,7 @@ def test_stock_adjust_racing_a_checkout_keeps_the_reservation(make_product, cust
 
 
 def test_stock_adjust_storm_with_checkouts_conserves_every_unit(make_product, make_customer):
-    from skincare.testing import run_concurrently
+    from devtools.testing import run_concurrently
 
     product = make_product(stock=40)
     buyers = [make_customer() for _ in range(16)]

@@ -8,12 +8,12 @@ from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
+from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import IdempotencyKey, PaymentAttempt
 from skincare.errors import ServiceBusy
-from skincare.testing import assert_invariants, run_concurrently
 
 
 def db_state():

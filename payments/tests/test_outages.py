@@ -10,7 +10,6 @@ test runs with and without connection health checks) in front of the embedded Po
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,23 +22,18 @@ import psutil
 import pytest
 from django.db import connections, transaction
 
+from devtools import devdb
+from devtools.processes import free_port
+from devtools.testing import assert_invariants, backends, wait_for_lock_waiters, wait_until
 from inventory.models import Inventory
 from orders.models import Order, Reservation
 from orders.tests.test_sweeper import subprocess_env
 from payments import sandbox, services, signing
-from skincare import devdb
-from skincare.testing import assert_invariants, backends, wait_for_lock_waiters, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SECRET = "whsec-outage-secret"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def http(url, *, method="GET", body=None, headers=None, timeout=30):

@@ -11,10 +11,10 @@ import requests
 from django.core import signing as django_signing
 from django.test import Client
 
+from devtools.testing import assert_invariants
 from orders.models import Order
 from payments import sandbox, services
 from payments.models import PaymentAttempt, ProcessedEvent
-from skincare.testing import assert_invariants
 
 SECRET = "whsec-sandbox-test"
 

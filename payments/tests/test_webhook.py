@@ -14,12 +14,12 @@ import pytest
 from django.db import connections, transaction
 from django.test import Client, override_settings
 
+from devtools.testing import assert_invariants, make_overdue
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services, signing
 from payments.models import PaymentAttempt, ProcessedEvent
-from skincare.testing import assert_invariants, make_overdue
 
 SECRET = "whsec-test-lifecycle-secret"
 WEBHOOK_URL = "/v1/payments/webhook"

@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from django.test import Client
 from rest_framework.test import APIClient
 
+from devtools.testing import assert_invariants, run_concurrently, wait_for_lock_waiters
 from inventory import services as inventory_services
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
@@ -17,7 +18,6 @@ from payments import services
 from payments.models import PaymentAttempt, ProcessedEvent
 from payments.testing import STRATEGIES
 from payments.tests.test_webhook import SECRET, deliver, event
-from skincare.testing import assert_invariants, run_concurrently, wait_for_lock_waiters
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,9 +14,9 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from devtools.testing import run_concurrently
 from skincare import checks, services
 from skincare.models import ApiToken
-from skincare.testing import run_concurrently
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devtools.testing import assert_invariants
 from payments import signing
-from skincare.testing import assert_invariants
 
 pytestmark = pytest.mark.django_db
 

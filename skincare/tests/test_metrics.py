@@ -9,14 +9,13 @@ from django.db import connection, transaction
 from django.test import Client
 from prometheus_client import REGISTRY
 
-from bench.common import Gunicorn
+from devtools.processes import Gunicorn, free_port
+from devtools.testing import make_overdue, run_concurrently
 from inventory.models import Inventory
 from orders.tests.test_sweeper import LineWatcher, run_command_in_thread
 from payments import services, signing
 from payments.tests.test_checkout_http_race import post_checkout
 from skincare.db import retry_transient
-from skincare.pgbouncer import free_port
-from skincare.testing import make_overdue, run_concurrently
 
 
 def value(name: str, **labels: str) -> float:

@@ -15,12 +15,12 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
-from bench.common import Gunicorn
+from devtools import pgbouncer
+from devtools.processes import Gunicorn
+from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order, Reservation
 from payments.tests.test_checkout_http_race import post_checkout, post_checkout_once
-from skincare import pgbouncer
-from skincare.testing import assert_invariants, run_concurrently
 
 pytestmark = [pytest.mark.pgbouncer, pytest.mark.django_db(transaction=True)]
 

@@ -6,8 +6,8 @@ tests that guard that protection with this checkout's venv against the running e
 ``DATABASE_URL``) under a test database of its own, and expect them to FAIL. The unmutated copy must pass the
 same tests first. Exit code 0 only when every mutation turned the suite red. See docs/reliability.md.
 
-    python -m bench.mutate            # all mutations
-    python -m bench.mutate skip-locked retry-set-empty   # some of them
+    python -m devtools.mutate            # all mutations
+    python -m devtools.mutate skip-locked retry-set-empty   # some of them
 """
 
 import argparse
@@ -210,7 +210,7 @@ def database_url() -> str:
     if url:
         return url
     sys.path.insert(0, str(BASE_DIR))
-    from skincare import devdb
+    from devtools import devdb
 
     found = devdb.url()
     if not found:
@@ -238,7 +238,7 @@ def run_tests(root: Path, tests: tuple[str, ...], env: dict[str, str]) -> subpro
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.mutate")
+    parser = argparse.ArgumentParser(prog="python -m devtools.mutate")
     parser.add_argument("names", nargs="*", help="only these mutations")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTATIONS if not args.names or m.name in args.names]

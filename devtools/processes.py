@@ -1,4 +1,4 @@
-"""Shared plumbing for the bench tools (``bench.loadtest``, ``bench.run`` and its modules, ``bench.djangoctl``,
+"""Shared plumbing for the bench tools (``bench.loadtest``, ``bench.run`` and its modules, ``devtools.djangoctl``,
 ``bench.roundtrips``): databases, manage.py, Django setup, gunicorn, free ports.
 
 Every process started here gets an explicit ``DATABASE_URL`` and talks to 127.0.0.1 only.
@@ -51,7 +51,7 @@ def server_url(dbname: str) -> str:
         parts = urlparse(os.environ["DATABASE_URL"])
         return urlunparse(parts._replace(path="/" + dbname))
     out = subprocess.run(
-        [PY, "-m", "skincare.devdb", "ensure", "--dbname", "postgres"],
+        [PY, "-m", "devtools.devdb", "ensure", "--dbname", "postgres"],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -104,13 +104,13 @@ def manage(url: str, *args: str, check: bool = True, quiet: bool = False) -> sub
 
 
 def ctl(url: str, *args: str) -> str:
-    """``python -m bench.djangoctl ...`` (bulk helpers that need Django) in a child process."""
+    """``python -m devtools.djangoctl ...`` (bulk helpers that need Django) in a child process."""
     proc = subprocess.run(
-        [PY, "-m", "bench.djangoctl", *args], cwd=ROOT, env=django_env(url), capture_output=True, text=True
+        [PY, "-m", "devtools.djangoctl", *args], cwd=ROOT, env=django_env(url), capture_output=True, text=True
     )
     if proc.returncode != 0:
         print(proc.stdout + proc.stderr, flush=True)
-        raise SystemExit(f"bench.djangoctl {' '.join(args)} failed")
+        raise SystemExit(f"devtools.djangoctl {' '.join(args)} failed")
     return proc.stdout
 
 
@@ -123,9 +123,10 @@ def flash_sale_setup(url: str, stock: int) -> int:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the one helper for every local server)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 class Gunicorn:

@@ -30,9 +30,21 @@ import urllib.request
 from collections import Counter
 from urllib.parse import urlparse, urlunparse
 
-from bench.common import BENCH_SECRET, PY, RESULTS, ROOT, Gunicorn, ctl, django_env, flash_sale_setup, log, manage
-from bench.common import server_url as db_url
-from skincare.pgbouncer import PgBouncer, free_port
+from devtools.pgbouncer import PgBouncer
+from devtools.processes import (
+    BENCH_SECRET,
+    PY,
+    RESULTS,
+    ROOT,
+    Gunicorn,
+    ctl,
+    django_env,
+    flash_sale_setup,
+    free_port,
+    log,
+    manage,
+)
+from devtools.processes import server_url as db_url
 
 DBNAME = "skincare_scaleout"
 
@@ -123,7 +135,7 @@ def sql(url: str, query: str) -> list[tuple[object, ...]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scaleout")
+    parser = argparse.ArgumentParser(prog="python -m devtools.scaleout")
     parser.add_argument("--seconds", type=int, default=20, help="mixed traffic duration")
     parser.add_argument("--flash-stock", type=int, default=5)
     parser.add_argument("--flash-buyers", type=int, default=200)

@@ -1,9 +1,9 @@
 """Bulk helpers for the load tests and the benchmark that need Django (one process, many calls).
 
-    python -m bench.djangoctl tokens COUNT PREFIX OUT.json     # issue_token for COUNT customers
-    python -m bench.djangoctl seed-spread FIRST COUNT STOCK      # COUNT products FIRST.. through product_create
-    python -m bench.djangoctl seed-product ID STOCK              # one product (e.g. a sold-out SKU, STOCK 0)
-    python -m bench.djangoctl flash-sale-check --product 101 --since-order-id N --stock S [--client-created C]
+    python -m devtools.djangoctl tokens COUNT PREFIX OUT.json     # issue_token for COUNT customers
+    python -m devtools.djangoctl seed-spread FIRST COUNT STOCK      # COUNT products FIRST.. through product_create
+    python -m devtools.djangoctl seed-product ID STOCK              # one product (e.g. a sold-out SKU, STOCK 0)
+    python -m devtools.djangoctl flash-sale-check --product 101 --since-order-id N --stock S [--client-created C]
 
 Every stock change goes through ``inventory.services`` so the ledger stays consistent.
 """
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from decimal import Decimal
 
-from bench.common import setup_django_quietly
+from devtools.processes import setup_django_quietly
 
 
 def tokens(count: int, prefix: str, out: str) -> None:
@@ -75,7 +75,7 @@ def flash_sale_check(product: int, since_order_id: int, stock: int, client_creat
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.djangoctl")
+    parser = argparse.ArgumentParser(prog="python -m devtools.djangoctl")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("tokens")
     p.add_argument("count", type=int)

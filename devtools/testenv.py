@@ -1,4 +1,4 @@
-"""TEST-ONLY environment defaults, loaded by pytest before Django's settings (``-p skincare.testenv`` in
+"""TEST-ONLY environment defaults, loaded by pytest before Django's settings (``-p devtools.testenv`` in
 pyproject.toml's addopts; a conftest.py would be too late: pytest-django reads the settings first).
 
 The values are labelled test-only. Subprocesses started by tests (``manage.py expire_reservations``) inherit them.

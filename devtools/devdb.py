@@ -3,10 +3,10 @@
 Used only when ``DATABASE_URL`` is not set. The server lives in ``.data/pg`` (git-ignored), listens on a
 Unix socket only, is started on demand and keeps running between commands; ``make stop`` stops it.
 
-    python -m skincare.devdb ensure   # start if needed, create the database, print its URL
-    python -m skincare.devdb url      # print the URL of the running server (no start)
-    python -m skincare.devdb stop
-    python -m skincare.devdb restart  # fast shutdown and start again on the same socket (fault tests use it)
+    python -m devtools.devdb ensure   # start if needed, create the database, print its URL
+    python -m devtools.devdb url      # print the URL of the running server (no start)
+    python -m devtools.devdb stop
+    python -m devtools.devdb restart  # fast shutdown and start again on the same socket (fault tests use it)
 """
 
 import argparse
@@ -123,7 +123,7 @@ def bin_dir():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m skincare.devdb")
+    parser = argparse.ArgumentParser(prog="python -m devtools.devdb")
     parser.add_argument("action", choices=["ensure", "url", "stop", "restart", "bindir"])
     parser.add_argument("--dbname", default=DB_NAME)
     args = parser.parse_args(argv)

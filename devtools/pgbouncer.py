@@ -1,5 +1,5 @@
 """A real PgBouncer in transaction mode in front of a PostgreSQL server, for tests, ``make scaleout`` and the
-connection benchmark (development tooling, like :mod:`skincare.devdb`; production runs its own PgBouncer).
+connection benchmark (development tooling, like :mod:`devtools.devdb`; production runs its own PgBouncer).
 
 Debian's ``pgbouncer`` (1.18) refuses to run as root, so as root it runs as the OS user that owns the embedded
 server's data directory (``embedded_postgres``: it can reach the server's Unix socket there). It listens on
@@ -15,7 +15,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,7 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import parse_qs, unquote, urlparse
 
-from skincare import devdb
+from devtools import devdb
+from devtools.processes import free_port
 
 
 class PgBouncerUnavailable(RuntimeError):
@@ -36,12 +36,6 @@ def binary() -> str | None:
     return shutil.which("pgbouncer") or next(
         (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.access(p, os.X_OK)), None
     )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -144,7 +138,7 @@ class PgBouncer:
             entry = pwd.getpwnam(self.run_as)
             for path in (self.workdir, *self.workdir.iterdir()):
                 os.chown(path, entry.pw_uid, entry.pw_gid)
-        self.proc = subprocess.Popen(  # noqa: S603 - our own binary and our own config file
+        self.proc = subprocess.Popen(
             [exe, str(ini)],
             user=self.run_as,
             stdout=subprocess.DEVNULL,
