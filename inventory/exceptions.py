@@ -1,6 +1,19 @@
-"""Inventory's domain errors; each declares its code and HTTP status (see ``skincare.errors``)."""
+"""Inventory's domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
+
+from typing import Any
 
 from skincare.errors import DomainError
+
+
+class _ProductsError(DomainError):
+    """An error about some products of a request: ``product_ids`` names every one (ascending)."""
+
+    def __init__(self, *, product_ids: list[int], message: str | None = None) -> None:
+        super().__init__(message)
+        self.product_ids = sorted(product_ids)
+
+    def data(self) -> dict[str, Any]:
+        return {"product_ids": self.product_ids}
 
 
 class ProductNotFound(DomainError):
@@ -10,8 +23,15 @@ class ProductNotFound(DomainError):
     http_status = 404
     default_message = "Product not found."
 
+    def __init__(self, *, product_id: int) -> None:
+        super().__init__()
+        self.product_id = product_id
 
-class InvalidProduct(DomainError):
+    def data(self) -> dict[str, Any]:
+        return {"product_id": self.product_id}
+
+
+class InvalidProduct(_ProductsError):
     """A checkout names a product that does not exist or is not for sale. The request is well-formed but its
     data is wrong, so it is a 422 (the seed's mapping), not a 404: the checkout resource itself exists."""
 
@@ -20,18 +40,38 @@ class InvalidProduct(DomainError):
     default_message = "One or more products do not exist or are not for sale."
 
 
-class StockConflict(DomainError):
-    """Not enough available stock for a reservation (it may just have been taken by another customer)."""
+class StockConflict(_ProductsError):
+    """Not enough available stock for a reservation (it may just have been taken by another customer).
+    ``gave_up_after`` is the number of attempts of an ``optimistic`` product whose version check kept losing, and
+    null otherwise."""
 
     code = "stock_conflict"
     http_status = 409
     default_message = "Not enough stock for one or more products; refresh your cart."
 
+    def __init__(self, *, product_ids: list[int], gave_up_after: int | None = None) -> None:
+        super().__init__(product_ids=product_ids)
+        self.gave_up_after = gave_up_after
+
+    def data(self) -> dict[str, Any]:
+        return {"product_ids": self.product_ids, "gave_up_after": self.gave_up_after}
+
 
 class StockWouldGoNegative(DomainError):
+    """A stock change would leave ``available_stock`` below zero: ``requested`` is the signed change (an adjustment)
+    or the figure asked for (a count, initial stock)."""
+
     code = "stock_would_go_negative"
     http_status = 409
     default_message = "This change would push available stock below zero."
+
+    def __init__(self, *, product_id: int | None, requested: int) -> None:
+        super().__init__()
+        self.product_id = product_id
+        self.requested = requested
+
+    def data(self) -> dict[str, Any]:
+        return {"product_id": self.product_id, "requested": self.requested}
 
 
 class StaleStockVersion(DomainError):
@@ -41,8 +81,17 @@ class StaleStockVersion(DomainError):
     http_status = 409
     default_message = "Stock changed while you were editing; reload and try again."
 
+    def __init__(self, *, product_id: int, expected_version: int, version: int) -> None:
+        super().__init__()
+        self.product_id = product_id
+        self.expected_version = expected_version
+        self.version = version
 
-class InventoryCorrupted(DomainError):
+    def data(self) -> dict[str, Any]:
+        return {"product_id": self.product_id, "expected_version": self.expected_version, "version": self.version}
+
+
+class InventoryCorrupted(_ProductsError):
     """A counter does not hold the units a reservation says it holds. Never expected; audit_inventory reports it."""
 
     code = "inventory_corrupted"
@@ -51,7 +100,7 @@ class InventoryCorrupted(DomainError):
     default_message = "Inventory counters disagree with reservations."
 
 
-class LockBusy(DomainError):
+class LockBusy(_ProductsError):
     """A ``row_lock_nowait`` product's stock row is locked by another checkout right now; try again shortly."""
 
     code = "lock_busy"

@@ -1,10 +1,13 @@
 """Every write to stock counters goes through this module.
 
-Each function changes ``available_stock``/``reserved_stock`` with guarded F-expression updates and writes
-one ``stock_movements`` row per product in the same transaction. Rows are always locked in ascending
-``product_id`` order (see ``docs/locking.md`` for the whole lock order). The building blocks used inside
-a checkout or an order transition run with ``savepoint=False``: they join the caller's transaction
-without the extra SAVEPOINT/RELEASE round trips, and a failure aborts that whole transaction.
+Each function changes ``available_stock``/``reserved_stock`` with a guarded update (``WHERE available_stock >= q``
+and the like: the database re-checks the guard under the row lock) and writes one ``stock_movements`` row per
+product in the same transaction. Ledger rows are written here by :func:`_ledger`, except a checkout's reserve rows,
+which the checkout's one INSERT statement writes (``payments.checkout``) before it calls :func:`stock_reserve`.
+Rows are locked in ascending ``product_id`` order, as the last statements before COMMIT (the lock order is in
+``skincare.locks``). The building blocks used inside a checkout or an order transition run with
+``savepoint=False``: they join the caller's transaction without SAVEPOINT/RELEASE round trips, and a failure aborts
+that whole transaction.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,7 +16,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
@@ -27,8 +30,8 @@ from inventory.exceptions import (
     StockWouldGoNegative,
 )
 from inventory.models import Inventory, InventoryStrategy, Product, StockMovement
-from inventory.selectors import Quote
-from skincare.db import CompiledUpdate, RetryTransaction, advisory_xact_lock, require_transaction, sqlstate
+from skincare.db import RetryTransaction, sqlstate
+from skincare.locks import advisory_xact_lock, require_transaction
 
 Reason = StockMovement.Reason
 
@@ -45,7 +48,7 @@ OrderLineQty = tuple[int, int, int]
 
 
 def _ledger(*, rows: Iterable[LedgerRow], reason: str, actor: User | None = None, note: str = "") -> None:
-    """Append ledger rows: the one writer of ``stock_movements``."""
+    """Append ledger rows (every stock change's, but a checkout's reserve rows: see the module docstring)."""
     StockMovement.objects.bulk_create(
         [
             StockMovement(
@@ -69,57 +72,29 @@ def _guarded_update(*, product_id: int, guard: dict[str, Any], **changes: Any) -
     )
 
 
-# The reserve ledger rows of a checkout, as a CTE that the order's INSERT statement includes (one statement writes
-# the order, its lines, its reservations, its payment attempt and these rows). ``{source}`` names a CTE of the
-# enclosing statement with the columns (order_id, product_id, qty, at).
-_RESERVE_LEDGER_CTE = """
-reserve_ledger AS (
-    INSERT INTO stock_movements (product_id, available_delta, reserved_delta, reason, order_id, note, created_at)
-    SELECT src.product_id, -src.qty, src.qty, %(ledger_reserve_reason)s, src.order_id, '', src.at
-    FROM {source} AS src
-)"""
+# A reservation: the guarded UPDATE every inventory strategy ends with. PostgreSQL re-checks ``available_stock >=
+# qty`` on the newest row version once it holds the row lock, so two buyers cannot both take the last unit.
+RESERVE_SQL = """
+UPDATE inventories
+   SET available_stock = available_stock - %(qty)s,
+       reserved_stock = reserved_stock + %(qty)s,
+       version = version + 1,
+       updated_at = statement_timestamp()
+ WHERE product_id = %(product_id)s
+   AND available_stock >= %(qty)s
+"""
+# The optimistic strategy's reservation: the same, only while the row is still at the version the checkout read.
+RESERVE_AT_VERSION_SQL = RESERVE_SQL + "   AND version = %(version)s\n"
 
 
-def stock_reserve_ledger_cte(*, source: str) -> tuple[str, dict[str, Any]]:
-    """The SQL (a CTE) and parameters that append the reserve ledger rows for the rows of ``source``.
+class ReserveLine(NamedTuple):
+    """One product of a reservation, with what the checkout read about it (``strategy``, and the ``version`` seen
+    for an optimistic product)."""
 
-    A checkout writes them in the same statement as its order; ``stock_reserve`` then moves the counters.
-    Ledger rows and counters end in the same transaction, so ``audit_inventory`` sees them agree."""
-    return _RESERVE_LEDGER_CTE.format(source=source), {"ledger_reserve_reason": Reason.RESERVE.value}
-
-
-def _reserve_changes(qty: int) -> dict[str, Any]:
-    """What a reservation of ``qty`` units does to an inventory row (the SET of the guarded update)."""
-    return {
-        "version": F("version") + 1,
-        "updated_at": Now(),
-        "available_stock": F("available_stock") - qty,
-        "reserved_stock": F("reserved_stock") + qty,
-    }
-
-
-# The single-product reservation: a guarded F-expression update, compiled once per process (skincare.db).
-_reserve_one = CompiledUpdate(
-    lambda product_id, qty: (
-        Inventory.objects.filter(product_id=product_id, available_stock__gte=qty),
-        _reserve_changes(qty),
-    ),
-    "product_id",
-    "qty",
-)
-
-# The optimistic strategy's update: the same guard, and the version the checkout read must still be current.
-_reserve_one_at_version = CompiledUpdate(
-    lambda product_id, qty, version: (
-        Inventory.objects.filter(product_id=product_id, available_stock__gte=qty, version=version),
-        _reserve_changes(qty),
-    ),
-    "product_id",
-    "qty",
-    "version",
-)
-
-S = InventoryStrategy
+    product_id: int
+    qty: int
+    strategy: str = InventoryStrategy.GUARDED_UPDATE
+    version: int | None = None
 
 
 def _lock_rows(*, product_ids: list[int], nowait: bool) -> dict[int, int]:
@@ -141,41 +116,41 @@ def _lock_rows(*, product_ids: list[int], nowait: bool) -> dict[int, int]:
         raise
 
 
-def _refuse_short(*, quantities: Mapping[int, int], available: Mapping[int, int]) -> None:
-    short = [pid for pid in sorted(quantities) if available.get(pid, 0) < quantities[pid]]
+def _refuse_short(*, lines: Sequence[ReserveLine], available: Mapping[int, int]) -> None:
+    short = [line.product_id for line in lines if available.get(line.product_id, 0) < line.qty]
     for pid in short:
         soldout.remember_short(pid, available_at_most=available.get(pid, 0))
     if short:
         raise StockConflict(product_ids=short)
 
 
-def _guarded_reserve(*, product_id: int, qty: int, version: int | None = None) -> None:
-    """The step every strategy ends with: the guarded UPDATE (with the version check for an optimistic one)."""
-    if version is None:
-        changed = _reserve_one.execute(product_id=product_id, qty=qty)
-    else:
-        changed = _reserve_one_at_version.execute(product_id=product_id, qty=qty, version=version)
+def _guarded_reserve(line: ReserveLine) -> None:
+    """The step every strategy ends with: the guarded UPDATE (at the version seen, for an optimistic product)."""
+    params: dict[str, Any] = {"product_id": line.product_id, "qty": line.qty}
+    optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None
+    if optimistic:
+        params["version"] = line.version
+    with connection.cursor() as cursor:
+        cursor.execute(RESERVE_AT_VERSION_SQL if optimistic else RESERVE_SQL, params)
+        changed = cursor.rowcount
     if changed:
         return
-    if version is not None:
+    if optimistic:
         # Either the stock ran out or someone changed the row since we read it: let the runner try again from
         # the start (a fresh read decides which); after the bound the customer gets 409 stock_conflict.
         raise RetryTransaction(
             "optimistic version check lost",
-            give_up=StockConflict(product_ids=[product_id], gave_up_after=settings.INVENTORY_OPTIMISTIC_ATTEMPTS),
+            give_up=StockConflict(product_ids=[line.product_id], gave_up_after=settings.INVENTORY_OPTIMISTIC_ATTEMPTS),
             max_attempts=settings.INVENTORY_OPTIMISTIC_ATTEMPTS,
         )
-    soldout.remember_short(product_id, available_at_most=qty - 1)
-    raise StockConflict(product_ids=[product_id])
+    soldout.remember_short(line.product_id, available_at_most=line.qty - 1)
+    raise StockConflict(product_ids=[line.product_id])
 
 
 @transaction.atomic(savepoint=False)
-def stock_reserve(*, quantities: Mapping[int, int], order_id: int, quotes: Mapping[int, Quote] | None = None) -> None:
-    """Move units from available to reserved for one order. ``quantities`` maps product_id to qty; ``quotes`` (from
-    ``inventory.selectors.product_quotes``, read earlier in this transaction) say each product's strategy and the
-    version seen. Without quotes every product is treated as ``guarded_update``.
-
-    One product follows its own strategy (docs/strategies.md):
+def stock_reserve(*, lines: Sequence[ReserveLine]) -> None:
+    """Move units from available to reserved, one :class:`ReserveLine` per product, each by its product's strategy
+    (docs/strategies.md):
 
     * ``guarded_update``, ``serializable``: the guarded UPDATE alone (the caller runs ``serializable`` at that
       isolation level);
@@ -188,37 +163,34 @@ def stock_reserve(*, quantities: Mapping[int, int], order_id: int, quotes: Mappi
     locked in ascending id with ``FOR NO KEY UPDATE`` (``NOWAIT`` if any product is ``row_lock_nowait``), then
     the guarded UPDATEs. The version check is not used there: the rows are already locked.
 
-    The reserve ledger rows must already be written in this transaction (``stock_reserve_ledger_cte``), so the
-    inventory row locks are taken by the last statements before COMMIT. Raises :class:`StockConflict` naming
-    every product that is short; the caller's transaction (ledger rows included) then rolls back.
+    The caller has written the reserve ledger rows in this transaction already, so the inventory row locks are
+    taken by the last statements before COMMIT. Raises :class:`StockConflict` naming every product that is short;
+    the caller's transaction (ledger rows included) then rolls back.
     """
     require_transaction()
-    product_ids = sorted(quantities)
-    strategy = {pid: quotes[pid].strategy if quotes and pid in quotes else S.GUARDED_UPDATE for pid in product_ids}
-    advisory = [pid for pid in product_ids if strategy[pid] == S.ADVISORY]
+    lines = sorted(lines)
+    advisory = [line.product_id for line in lines if line.strategy == InventoryStrategy.ADVISORY]
     if advisory:
-        advisory_xact_lock(namespace="inventory_product", idents=advisory)
-    if len(product_ids) > 1:
+        advisory_xact_lock(space="inventory_product", idents=advisory)
+    if len(lines) > 1:
         # Several rows: lock them all in ascending id order first, so that no two checkouts can each hold
         # one row the other needs, and so that the conflict can name every short product.
-        nowait = any(strategy[pid] == S.ROW_LOCK_NOWAIT for pid in product_ids)
-        _refuse_short(quantities=quantities, available=_lock_rows(product_ids=product_ids, nowait=nowait))
-        for pid in product_ids:
-            _guarded_reserve(product_id=pid, qty=quantities[pid])
+        nowait = any(line.strategy == InventoryStrategy.ROW_LOCK_NOWAIT for line in lines)
+        _refuse_short(lines=lines, available=_lock_rows(product_ids=[line.product_id for line in lines], nowait=nowait))
+        for line in lines:
+            _guarded_reserve(line._replace(version=None))
         return
-    (pid,) = product_ids
-    qty = quantities[pid]
-    if strategy[pid] in (S.ROW_LOCK, S.ROW_LOCK_NOWAIT):
-        available = _lock_rows(product_ids=[pid], nowait=strategy[pid] == S.ROW_LOCK_NOWAIT)
-        _refuse_short(quantities=quantities, available=available)
+    (line,) = lines
+    if line.strategy in (InventoryStrategy.ROW_LOCK, InventoryStrategy.ROW_LOCK_NOWAIT):
+        available = _lock_rows(product_ids=[line.product_id], nowait=line.strategy == InventoryStrategy.ROW_LOCK_NOWAIT)
+        _refuse_short(lines=lines, available=available)
     # For the other strategies this guarded UPDATE is the whole protection: it takes the row lock and re-checks
     # available_stock (and, optimistic, the version) under it.
-    version = quotes[pid].version if quotes and strategy[pid] == S.OPTIMISTIC else None
-    _guarded_reserve(product_id=pid, qty=qty, version=version)
+    _guarded_reserve(line)
 
 
-def _move_reserved(*, lines: Sequence[OrderLineQty], reason: str, available_sign: int) -> None:
-    """Take units out of ``reserved_stock`` (and back into ``available_stock`` when ``available_sign`` is 1).
+def _move_reserved(*, lines: Sequence[OrderLineQty], reason: str, back_to_available: bool) -> None:
+    """Take units out of ``reserved_stock`` (and back into ``available_stock`` when ``back_to_available``).
     ``lines`` are (order_id, product_id, qty): one summed guarded update per product, ascending, and one
     ledger row per line so that every unit stays traceable to its order."""
     require_transaction()
@@ -229,7 +201,7 @@ def _move_reserved(*, lines: Sequence[OrderLineQty], reason: str, available_sign
     # guarded updates and the COMMIT. A failed guard raises and rolls the ledger rows back with everything else.
     _ledger(
         rows=[
-            LedgerRow(product_id, qty * available_sign, -qty, order_id)
+            LedgerRow(product_id, qty if back_to_available else 0, -qty, order_id)
             for order_id, product_id, qty in sorted(lines, key=lambda line: (line[1], line[0]))
         ],
         reason=reason,
@@ -237,7 +209,7 @@ def _move_reserved(*, lines: Sequence[OrderLineQty], reason: str, available_sign
     for product_id in sorted(totals):
         qty = totals[product_id]
         changes: dict[str, Any] = {"reserved_stock": F("reserved_stock") - qty}
-        if available_sign:
+        if back_to_available:
             changes["available_stock"] = F("available_stock") + qty
         if not _guarded_update(product_id=product_id, guard={"reserved_stock__gte": qty}, **changes):
             raise InventoryCorrupted(product_ids=[product_id])
@@ -248,13 +220,13 @@ def stock_release(*, lines: Sequence[OrderLineQty], reason: str) -> None:
     """Return reserved units to available (reservations expired or cancelled)."""
     if reason not in (Reason.EXPIRE, Reason.CANCEL):
         raise ValueError(f"stock_release cannot record reason {reason!r}")
-    _move_reserved(lines=lines, reason=reason, available_sign=1)
+    _move_reserved(lines=lines, reason=reason, back_to_available=True)
 
 
 @transaction.atomic(savepoint=False)
 def stock_consume(*, lines: Sequence[OrderLineQty]) -> None:
     """Reserved units leave the shop: their orders were paid."""
-    _move_reserved(lines=lines, reason=Reason.CONSUME, available_sign=0)
+    _move_reserved(lines=lines, reason=Reason.CONSUME, back_to_available=False)
 
 
 @transaction.atomic
@@ -278,8 +250,8 @@ def stock_adjust(
     )
     if not updated:
         if not Inventory.objects.filter(product_id=product_id).exists():
-            raise ProductNotFound(product_ids=[product_id])
-        raise StockWouldGoNegative(product_id=product_id, delta=delta)
+            raise ProductNotFound(product_id=product_id)
+        raise StockWouldGoNegative(product_id=product_id, requested=delta)
     return Inventory.objects.get(product_id=product_id)
 
 
@@ -290,13 +262,13 @@ def stock_set_counted(
     """Set available stock to a counted figure, but only if the row is still at ``expected_version`` (the
     version the ops form was loaded with). Otherwise raise :class:`StaleStockVersion` and write nothing."""
     if counted < 0:
-        raise StockWouldGoNegative(product_id=product_id, counted=counted)
+        raise StockWouldGoNegative(product_id=product_id, requested=counted)
     if not note or not note.strip():
         raise ValueError("a stock count needs a reason note")
     try:
         inventory = Inventory.objects.select_for_update(no_key=True).get(product_id=product_id)
     except Inventory.DoesNotExist:
-        raise ProductNotFound(product_ids=[product_id]) from None
+        raise ProductNotFound(product_id=product_id) from None
     if inventory.version != expected_version:
         raise StaleStockVersion(product_id=product_id, expected_version=expected_version, version=inventory.version)
     delta = counted - inventory.available_stock
@@ -324,7 +296,7 @@ def product_create(
     """Create a product with its inventory row; initial stock is recorded in the ledger as a restock.
     ``max_per_customer`` caps the units one customer may hold (None = no limit)."""
     if initial_stock < 0:
-        raise StockWouldGoNegative(counted=initial_stock)
+        raise StockWouldGoNegative(product_id=None, requested=initial_stock)
     fields: dict[str, Any] = {
         "sku": sku,
         "name": name,

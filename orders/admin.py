@@ -82,7 +82,7 @@ class OrderAdmin(ExtensibleAdmin):
             try:
                 services.order_cancel(order_id=order_id, reason=Order.CancelReason.OPS_CANCELLED)
             except OrderNotPending as exc:
-                not_pending.append(f"#{order_id} ({exc.details.get('status')})")
+                not_pending.append(f"#{order_id} ({exc.status})")
             except (OrderNotFound, ServiceBusy) as exc:
                 failed.append(f"#{order_id} ({exc.message})")
             else:

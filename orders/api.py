@@ -1,6 +1,5 @@
 """Order endpoints: a customer's own order, and cancelling it. Thin: parse, call a selector or service, render."""
 
-from collections.abc import Iterable
 from typing import Any
 
 from django.http import HttpRequest
@@ -10,14 +9,15 @@ from rest_framework.views import APIView
 
 from orders import schemas, selectors, services
 from orders.exceptions import OrderNotFound
-from orders.models import Order, OrderLine
 from orders.payment_links import payment_url
+from orders.selectors import OrderView
 from skincare.api import authenticated_customer
 
 
-def order_data(request: HttpRequest, order: Order, lines: Iterable[OrderLine]) -> dict[str, Any]:
+def order_data(request: HttpRequest, order: OrderView) -> dict[str, Any]:
+    """An order as every endpoint shows it (checkout's 201, a replayed 201, GET, cancel)."""
     return {
-        "order_id": order.pk,
+        "order_id": order.order_id,
         "status": order.status,
         "cancel_reason": order.cancel_reason,
         "payment_expires_at": (
@@ -25,7 +25,7 @@ def order_data(request: HttpRequest, order: Order, lines: Iterable[OrderLine]) -
         ),
         "total": str(order.total),
         "items": [
-            {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)} for line in lines
+            {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)} for line in order.lines
         ],
         "payment_url": payment_url(request, order),
     }
@@ -37,7 +37,7 @@ class OrderDetailApi(APIView):
         order = selectors.order_get_for_customer(order_id=order_id, customer=authenticated_customer(request))
         if order is None:
             raise OrderNotFound(order_id=order_id)
-        return Response(order_data(request, order, order.lines.all()))
+        return Response(order_data(request, order))
 
 
 class OrderCancelApi(APIView):
@@ -48,4 +48,4 @@ class OrderCancelApi(APIView):
         order = selectors.order_get_for_customer(order_id=order_id, customer=customer)
         if order is None:  # cancelled a moment ago, so only a concurrent deletion could get here
             raise OrderNotFound(order_id=order_id)
-        return Response(order_data(request, order, order.lines.all()))
+        return Response(order_data(request, order))

@@ -1,11 +1,8 @@
-from collections.abc import Mapping
-
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from inventory.models import Product
-from inventory.selectors import Quote
 
 
 class OrderStatus(models.TextChoices):
@@ -32,13 +29,6 @@ class Order(models.Model):
     total = models.DecimalField(max_digits=12, decimal_places=2)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-
-    # Not a column: the lines of an order that ``orders.services.order_open`` just wrote, set on the instance it
-    # returns so that the checkout response is rendered without reading them back.
-    placed_lines: "list[OrderLine] | None" = None
-    # Not a column either: what checkout read about each product (price, stock, strategy, version) while opening
-    # this order; ``order_reserve_stock`` reserves by it.
-    placed_quotes: "Mapping[int, Quote] | None" = None
 
     class Meta:
         db_table = "orders"

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from django.http import HttpRequest
 
 from orders.models import Order
+from orders.selectors import OrderView
 
-PaymentUrlBuilder = Callable[[HttpRequest, Order], str | None]
+PaymentUrlBuilder = Callable[[HttpRequest, OrderView], str | None]
 
 _builder: PaymentUrlBuilder | None = None
 
@@ -21,7 +22,7 @@ def register_payment_url_builder(builder: PaymentUrlBuilder | None) -> None:
     _builder = builder
 
 
-def payment_url(request: HttpRequest, order: Order) -> str | None:
+def payment_url(request: HttpRequest, order: OrderView) -> str | None:
     if _builder is None or order.status != Order.Status.PENDING_PAYMENT:
         return None
     return _builder(request, order)

@@ -1,3 +1,9 @@
+"""Orders' reads. An order leaves this layer as an :class:`OrderView`: a plain value the API renders, that checkout
+also returns for the order it just placed and that an idempotent checkout stores and replays."""
+
+import dataclasses
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -7,13 +13,73 @@ from orders.models import Order, OrderLine
 from skincare.db import TransactionNow
 
 
-def order_get_for_customer(*, order_id: int, customer: User) -> Order | None:
+@dataclasses.dataclass(frozen=True)
+class OrderLineView:
+    product_id: int
+    qty: int
+    unit_price: Decimal
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderView:
+    order_id: int
+    customer_id: int
+    status: str
+    cancel_reason: str | None
+    payment_expires_at: datetime | None
+    total: Decimal
+    lines: tuple[OrderLineView, ...]
+
+    @classmethod
+    def of(cls, order: Order, lines: list[OrderLine]) -> "OrderView":
+        return cls(
+            order_id=order.pk,
+            customer_id=order.customer_id,
+            status=order.status,
+            cancel_reason=order.cancel_reason,
+            payment_expires_at=order.payment_expires_at,
+            total=order.total,
+            lines=tuple(OrderLineView(line.product_id, line.qty, line.unit_price) for line in lines),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-safe (stored with an idempotency key, scoped to the customer); :meth:`from_json` reads it back."""
+        return {
+            "order_id": self.order_id,
+            "status": self.status,
+            "cancel_reason": self.cancel_reason,
+            "payment_expires_at": self.payment_expires_at.isoformat() if self.payment_expires_at else None,
+            "total": str(self.total),
+            "items": [
+                {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)}
+                for line in self.lines
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], *, customer_id: int) -> "OrderView":
+        expires = data["payment_expires_at"]
+        return cls(
+            order_id=data["order_id"],
+            customer_id=customer_id,
+            status=data["status"],
+            cancel_reason=data["cancel_reason"],
+            payment_expires_at=datetime.fromisoformat(expires) if expires else None,
+            total=Decimal(data["total"]),
+            lines=tuple(
+                OrderLineView(item["product_id"], item["qty"], Decimal(item["unit_price"])) for item in data["items"]
+            ),
+        )
+
+
+def order_get_for_customer(*, order_id: int, customer: User) -> OrderView | None:
     """The customer's own order with its lines, or None (someone else's order looks exactly like a missing one)."""
-    return (
+    order = (
         Order.objects.filter(pk=order_id, customer=customer)
         .prefetch_related(Prefetch("lines", queryset=OrderLine.objects.order_by("product_id")))
         .first()
     )
+    return None if order is None else OrderView.of(order, list(order.lines.all()))
 
 
 def overdue_summary() -> dict[str, Any]:

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from orders.api import order_data
-from payments import schemas, services, signing
+from payments import checkout, schemas, services, signing
 from skincare import metrics, validation
 from skincare.api import authenticated_customer
 from skincare.errors import InvalidInput
@@ -52,22 +52,26 @@ class CheckoutApi(InstrumentedAPIView):
     def post(self, request: Request) -> Response:
         key = idempotency_key(request)
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
-        result = services.checkout_request(
-            customer=authenticated_customer(request),
-            items=items,
-            idempotency_key=key,
-            fingerprint=None if key is None else request_fingerprint(request.data),
-            render=lambda order: order_data(request, order, order.placed_lines or []),
+        customer = authenticated_customer(request)
+        checkout.checkout_rate_limit(customer=customer)
+        if key is None:
+            order = checkout.checkout(customer=customer, items=items)
+            return Response(order_data(request, order), status=201)
+        answer = checkout.checkout_idempotent(
+            customer=customer, items=items, key=key, fingerprint=request_fingerprint(request.data)
         )
-        headers = {"Idempotent-Replayed": "true"} if result.replayed else None
-        return Response(result.body, status=result.status, headers=headers)
+        headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
+        if answer.refusal is not None:
+            return Response(answer.refusal.body, status=answer.refusal.http_status, headers=headers)
+        assert answer.order is not None  # a keyed checkout answers with an order or a refusal
+        return Response(order_data(request, answer.order), status=201, headers=headers)
 
 
 # payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
 MAX_AMOUNT = Decimal("9999999999.99")
 
 
-def _storable(text):
+def _postgres_can_store(text: str) -> bool:
     """PostgreSQL text and jsonb hold neither U+0000 nor lone surrogates (which cannot be encoded as UTF-8)."""
     if "\x00" in text:
         return False
@@ -78,13 +82,13 @@ def _storable(text):
     return True
 
 
-def _all_storable(data):
+def _all_postgres_can_store(data: Any) -> bool:
     """Every key and string anywhere in the parsed JSON body is storable (the raw payload is kept as jsonb)."""
     stack = [data]
     while stack:
         value = stack.pop()
         if isinstance(value, str):
-            if not _storable(value):
+            if not _postgres_can_store(value):
                 return False
         elif isinstance(value, dict):
             stack.extend(value.keys())
@@ -94,11 +98,16 @@ def _all_storable(data):
     return True
 
 
-def parse_webhook(data):
+def parse_webhook(data: Any) -> dict[str, Any]:
     validation.require_object(data)
-    errors = {}
+    errors: dict[str, list[str]] = {}
     event_id = data.get("event_id")
-    if not isinstance(event_id, str) or not event_id.strip() or len(event_id) > 200 or not _storable(event_id):
+    if (
+        not isinstance(event_id, str)
+        or not event_id.strip()
+        or len(event_id) > 200
+        or not _postgres_can_store(event_id)
+    ):
         errors["event_id"] = ["A non-empty string of at most 200 characters."]
     if data.get("type") not in services.EVENT_TYPES:
         errors["type"] = [f"One of {', '.join(services.EVENT_TYPES)}."]
@@ -115,13 +124,13 @@ def parse_webhook(data):
         or not parsed_amount.is_finite()
         or parsed_amount < 0
         or parsed_amount > MAX_AMOUNT
-        or parsed_amount.as_tuple().exponent < -2
+        or int(parsed_amount.as_tuple().exponent) < -2  # finite, so the exponent is a number
     ):
         errors["amount"] = ['A decimal string such as "123.00".']
     reference = data.get("provider_reference", "")
-    if not isinstance(reference, str) or len(reference) > 200 or not _storable(reference):
+    if not isinstance(reference, str) or len(reference) > 200 or not _postgres_can_store(reference):
         errors["provider_reference"] = ["A string of at most 200 characters."]
-    if not errors and not _all_storable(data):
+    if not errors and not _all_postgres_can_store(data):
         errors["body"] = ["Strings must not contain U+0000 or unpaired surrogates."]
     if errors:
         raise InvalidInput("The webhook body is invalid.", fields=errors)
@@ -145,7 +154,7 @@ class PaymentWebhookApi(InstrumentedAPIView):
     permission_classes = [AllowAny]
 
     @schemas.WEBHOOK
-    def post(self, request):
+    def post(self, request: Request) -> Response:
         body = request.body
         signing.verify(
             header=request.headers.get("X-Signature"),

@@ -8,8 +8,9 @@ class PaymentsConfig(AppConfig):
     def ready(self) -> None:
         from orders.payment_links import register_payment_url_builder
         from payments import checks  # noqa: F401 - registers the system checks
+        from payments.checkout import idempotency_keys_prune
         from payments.sandbox import payment_url
-        from payments.services import idempotency_keys_prune, processed_events_prune
+        from payments.services import processed_events_prune
         from skincare.retention import register_pruner
 
         register_payment_url_builder(payment_url)

@@ -1,4 +1,4 @@
-"""Payments' domain errors; each declares its code and HTTP status (see ``skincare.errors``)."""
+"""Payments' domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
 
 from typing import Any
 
@@ -11,7 +11,16 @@ class InvalidSignature(DomainError):
     default_message = "Missing or invalid webhook signature."
 
 
-class IdempotencyKeyReused(DomainError):
+class _KeyError(DomainError):
+    def __init__(self, *, idempotency_key: str) -> None:
+        super().__init__()
+        self.idempotency_key = idempotency_key
+
+    def data(self) -> dict[str, Any]:
+        return {"idempotency_key": self.idempotency_key}
+
+
+class IdempotencyKeyReused(_KeyError):
     """The customer sent this ``Idempotency-Key`` before with a different request body."""
 
     code = "idempotency_key_reused"
@@ -19,7 +28,7 @@ class IdempotencyKeyReused(DomainError):
     default_message = "This Idempotency-Key was already used with a different request body."
 
 
-class IdempotencyKeyInProgress(DomainError):
+class IdempotencyKeyInProgress(_KeyError):
     """A request with this key has no stored answer yet. Not expected: a concurrent request with the same key waits
     for the first one to commit (or gets 503 busy after DB_LOCK_TIMEOUT_MS); kept as the safe answer regardless."""
 
@@ -34,13 +43,12 @@ class RateLimited(DomainError):
 
     code = "rate_limited"
     http_status = 429
-    retry_after = 1
     default_message = "Too many checkouts; retry after the time in Retry-After."
 
-    def __init__(self, message: str | None = None, *, retry_after_seconds: int, **details: Any) -> None:
-        super().__init__(message, retry_after=retry_after_seconds, **details)
-        self.retry_after_seconds = retry_after_seconds
+    def __init__(self, *, retry_after_seconds: int, limit: str) -> None:
+        super().__init__()
+        self.retry_after = retry_after_seconds
+        self.limit = limit
 
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(self.retry_after_seconds)}
+    def data(self) -> dict[str, Any]:
+        return {"retry_after": self.retry_after, "limit": self.limit}

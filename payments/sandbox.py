@@ -22,6 +22,7 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from orders.models import Order
+from orders.selectors import OrderView
 from payments import services, signing
 
 logger = logging.getLogger(__name__)
@@ -29,20 +30,20 @@ logger = logging.getLogger(__name__)
 LINK_SALT = "payments.sandbox.link"
 
 
-def sandbox_link_token(order: Order) -> str:
-    """The signed, timestamped token of ``order``'s sandbox page (order id and customer id)."""
-    return django_signing.dumps({"order": order.pk, "customer": order.customer_id}, salt=LINK_SALT)
+def sandbox_link_token(*, order_id: int, customer_id: int) -> str:
+    """The signed, timestamped token of an order's sandbox page (order id and customer id)."""
+    return django_signing.dumps({"order": order_id, "customer": customer_id}, salt=LINK_SALT)
 
 
-def sandbox_path(order: Order) -> str:
-    return reverse("payment-sandbox", args=[sandbox_link_token(order)])
+def sandbox_path(*, order_id: int, customer_id: int) -> str:
+    return reverse("payment-sandbox", args=[sandbox_link_token(order_id=order_id, customer_id=customer_id)])
 
 
-def payment_url(request: HttpRequest, order: Order) -> str | None:
+def payment_url(request: HttpRequest, order: OrderView) -> str | None:
     """The sandbox page of ``order`` (registered with ``orders.payment_links`` by ``PaymentsConfig.ready``)."""
     if not settings.PAYMENT_SANDBOX:
         return None
-    path = sandbox_path(order)
+    path = sandbox_path(order_id=order.order_id, customer_id=order.customer_id)
     if settings.PUBLIC_BASE_URL:
         return settings.PUBLIC_BASE_URL.rstrip("/") + path
     return request.build_absolute_uri(path)

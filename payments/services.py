@@ -1,27 +1,20 @@
-"""Checkout and payment events: the top of the dependency chain (payments → orders → inventory)."""
+"""Payment events from the gateway (the signed webhook), applied exactly once. Checkout is in ``payments.checkout``."""
 
-import dataclasses
 import json
 import logging
-from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.db import connection, transaction
 
 from orders import services as order_services
 from orders.exceptions import OrderNotFound
 from orders.locks import lock_order
 from orders.models import Order
-from payments.exceptions import IdempotencyKeyInProgress, IdempotencyKeyReused, RateLimited
-from payments.models import IdempotencyKey, PaymentAttempt, ProcessedEvent
+from payments.models import PaymentAttempt, ProcessedEvent
 from skincare import services as skincare_services
-from skincare.api import error_body
 from skincare.db import db_now, retry_transient
-from skincare.errors import DomainError
-from skincare.validation import parse_rate
 
 logger = logging.getLogger(__name__)
 
@@ -31,202 +24,10 @@ EVENT_TYPES = (EVENT_SUCCEEDED, EVENT_FAILED)
 Outcome = ProcessedEvent.Outcome
 
 
-# The order's pending payment attempt, written by the order's INSERT statement (see orders.services.order_open).
-_PAYMENT_ATTEMPT_CTE = (
-    """
-new_payment_attempt AS (
-    INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at)
-    SELECT new_order.id, %(payment_attempt_status)s, new_order.total, '', new_order.created_at, new_order.created_at
-    FROM new_order
-)""",
-    {"payment_attempt_status": PaymentAttempt.Status.PENDING.value},
-)
-
-
-@retry_transient
-@transaction.atomic
-def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> Order:
-    """One short transaction: open a ``pending_payment`` order (order, lines, reservation rows, deadline
-    from the database clock), create its payment attempt, then reserve the stock. The stock UPDATE is the
-    last statement before COMMIT, so the inventory row lock is held for as short a time as possible.
-
-    ``items`` is a sequence of (product_id, qty). Raises InvalidProduct, StockConflict, InvalidInput,
-    PurchaseLimitExceeded, TooManyPendingOrders.
-    """
-    return _checkout(customer=customer, items=items)
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckoutResult:
-    """The answer to one checkout request: what to send, and whether it is a stored answer replayed."""
-
-    status: int
-    body: dict[str, Any]
-    replayed: bool = False
-
-
-Render = Callable[[Order], dict[str, Any]]
-
-
-def _checkout(
-    *, customer: User, items: Iterable[tuple[int, int]], before_reserve: Callable[[Order], None] | None = None
-) -> Order:
-    """The checkout's statements, inside the caller's transaction. ``before_reserve`` runs after the order and its
-    attempt are written and before the stock is reserved (so nothing it does lengthens the hot row's lock)."""
-    quantities = order_services.merge_quantities(items)
-    order = order_services.order_open(customer=customer, quantities=quantities, also_insert=[_PAYMENT_ATTEMPT_CTE])
-    if before_reserve is not None:
-        before_reserve(order)
-    order_services.order_reserve_stock(order=order, quantities=quantities)
-    return order
-
-
-def checkout_rate_limit(*, customer: User) -> None:
-    """Count this checkout against CHECKOUT_RATE_LIMIT (off when empty): one upsert in its own transaction, so it
-    counts even when the checkout is then refused (a bot hammering a sold-out product is limited too)."""
-    rate = parse_rate(settings.CHECKOUT_RATE_LIMIT)
-    if rate is None:
-        return
-    limit, window = rate
-    retry_after = skincare_services.rate_limit_hit(
-        scope="checkout", subject=str(customer.pk), limit=limit, window_seconds=window
-    )
-    if retry_after is not None:
-        raise RateLimited(retry_after_seconds=retry_after, limit=settings.CHECKOUT_RATE_LIMIT)
-
-
-def checkout_request(
-    *,
-    customer: User,
-    items: Iterable[tuple[int, int]],
-    render: Render,
-    idempotency_key: str | None = None,
-    fingerprint: str | None = None,
-) -> CheckoutResult:
-    """A checkout as the API serves it: the rate limit, then the checkout, idempotent when a key is given.
-    ``render`` turns the new order into the 201 body."""
-    checkout_rate_limit(customer=customer)
-    if idempotency_key is None:
-        order = checkout(customer=customer, items=items)
-        return CheckoutResult(status=201, body=render(order))
-    if fingerprint is None:
-        raise ValueError("an idempotent checkout needs the request's fingerprint")
-    return checkout_idempotent(
-        customer=customer, items=items, key=idempotency_key, fingerprint=fingerprint, render=render
-    )
-
-
-_IDEMPOTENCY_CLAIM_SQL = """
-INSERT INTO idempotency_keys (customer_id, key, fingerprint, created_at)
-VALUES (%(customer_id)s, %(key)s, %(fingerprint)s, now())
-ON CONFLICT (customer_id, key) DO UPDATE
-    SET fingerprint = EXCLUDED.fingerprint, created_at = EXCLUDED.created_at,
-        response_status = NULL, response_body = NULL
-    WHERE idempotency_keys.created_at <= now() - make_interval(secs => %(ttl)s)
-RETURNING id
-"""
-
-
-@dataclasses.dataclass(frozen=True)
-class IdempotencyClaim:
-    key_id: int | None  # the claimed row (this request runs the checkout), or None: the key was used before
-    stored: IdempotencyKey | None = None
-
-
-@transaction.atomic(savepoint=False)
-def idempotency_key_claim(*, customer: User, key: str, fingerprint: str) -> IdempotencyClaim:
-    """Claim ``key`` for this transaction, or return the stored use of it.
-
-    One ``INSERT … ON CONFLICT``: if another transaction holds the same new key, PostgreSQL makes this one wait
-    until that one commits or rolls back (bounded by ``lock_timeout``: then 503 busy). If it committed, the stored
-    answer is returned; if it rolled back, this transaction gets the key. A key older than
-    IDEMPOTENCY_KEY_TTL_SECONDS (not pruned yet) is taken over as if it were new.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _IDEMPOTENCY_CLAIM_SQL,
-            {
-                "customer_id": customer.pk,
-                "key": key,
-                "fingerprint": fingerprint,
-                "ttl": settings.IDEMPOTENCY_KEY_TTL_SECONDS,
-            },
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        return IdempotencyClaim(key_id=row[0])
-    return IdempotencyClaim(key_id=None, stored=IdempotencyKey.objects.get(customer=customer, key=key))
-
-
-@transaction.atomic(savepoint=False)
-def idempotency_key_complete(*, key_id: int, status: int, body: dict[str, Any]) -> None:
-    """Store the answer of a claimed key (commits with the checkout's transaction)."""
-    IdempotencyKey.objects.filter(pk=key_id).update(response_status=status, response_body=body)
-
-
-def _storable(exc: DomainError) -> bool:
-    """Domain 4xx answers are stored and replayed; retryable ones (Retry-After: 429, 503) and 5xx are not."""
-    return 400 <= exc.http_status < 500 and exc.retry_after is None
-
-
-@retry_transient
-@transaction.atomic
-def checkout_idempotent(
-    *, customer: User, items: Iterable[tuple[int, int]], key: str, fingerprint: str, render: Render
-) -> CheckoutResult:
-    """``checkout`` under an ``Idempotency-Key`` (scoped to the customer).
-
-    The key is claimed by the first statement of the transaction (lock order step -1, before the customer's checkout
-    lock). The checkout runs after a savepoint: a domain refusal (409 stock_conflict, 422 invalid_product, …) rolls
-    back to it and the refusal is stored instead; the 201 body is stored before the stock is reserved, so no extra
-    statement runs while the inventory row is locked. A 5xx or a retryable error rolls everything back, the key
-    included: the client may retry. The same key with another body → IdempotencyKeyReused, nothing written.
-    """
-    claim = idempotency_key_claim(customer=customer, key=key, fingerprint=fingerprint)
-    if claim.key_id is None:
-        stored = claim.stored
-        if stored is None or stored.fingerprint != fingerprint:
-            raise IdempotencyKeyReused(idempotency_key=key)
-        if stored.response_status is None:
-            raise IdempotencyKeyInProgress(idempotency_key=key)
-        return CheckoutResult(status=stored.response_status, body=dict(stored.response_body or {}), replayed=True)
-    key_id = claim.key_id
-    savepoint = transaction.savepoint()
-    created: dict[str, Any] = {}
-
-    def store_created(order: Order) -> None:
-        created["body"] = render(order)
-        idempotency_key_complete(key_id=key_id, status=201, body=created["body"])
-
-    try:
-        _checkout(customer=customer, items=items, before_reserve=store_created)
-    except DomainError as exc:
-        if not _storable(exc):
-            raise
-        # The inner atomic blocks (savepoint=False) marked the transaction for rollback when the error passed
-        # through them. Rolling back to the savepoint makes it healthy again, so the mark is lifted (first: Django
-        # refuses every statement, the ROLLBACK TO SAVEPOINT included, while it is set) and the refusal is stored.
-        transaction.set_rollback(False)
-        transaction.savepoint_rollback(savepoint)
-        body = error_body(exc.message, exc.code, **exc.details)
-        idempotency_key_complete(key_id=key_id, status=exc.http_status, body=body)
-        return CheckoutResult(status=exc.http_status, body=body)
-    # The savepoint is never released: COMMIT releases it, and a RELEASE would be one more round trip while the
-    # inventory row is locked.
-    return CheckoutResult(status=201, body=created["body"])
-
-
 def processed_events_prune() -> int:
     """Applied webhook events past PROCESSED_EVENTS_RETENTION_DAYS (a gateway stops redelivering long before)."""
     return skincare_services.delete_older_than(
         table="processed_events", column="processed_at", seconds=settings.PROCESSED_EVENTS_RETENTION_DAYS * 86400
-    )
-
-
-def idempotency_keys_prune() -> int:
-    """Idempotency keys past IDEMPOTENCY_KEY_TTL_SECONDS."""
-    return skincare_services.delete_older_than(
-        table="idempotency_keys", column="created_at", seconds=settings.IDEMPOTENCY_KEY_TTL_SECONDS
     )
 
 

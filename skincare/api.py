@@ -1,7 +1,8 @@
-"""API plumbing: Bearer-token auth, the JSON error format, and the one exception handler.
+"""API plumbing: Bearer-token auth and the one exception handler.
 
-Every error body is ``{"error": "<for humans>", "code": "<stable>", ...details}``. Domain errors declare their
-own status, code and headers (``skincare.errors.DomainError``), so this module imports nothing from the apps.
+Every error body is ``{"error": "<for humans>", "code": "<stable>", ...fields}`` (``skincare.errors.error_body``).
+Domain errors declare their own status, code, fields and headers (``skincare.errors.DomainError``), so this module
+imports nothing from the apps.
 """
 
 import logging
@@ -22,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from skincare.db import is_connection_failure
-from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
+from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy, error_body
 
 logger = logging.getLogger("skincare.api")
 
@@ -50,7 +51,8 @@ MAX_TOKEN_LENGTH = 200
 
 class BearerTokenAuthentication(BaseAuthentication):
     """``Authorization: Bearer <token>``; tokens are issued with ``manage.py issue_token`` and stored as SHA-256
-    digests (``skincare.models.ApiToken``). One indexed query per request; expired or revoked tokens are 401."""
+    digests (``skincare.models.ApiToken``). A token is looked up by its digest with one indexed query, then
+    remembered by the worker for API_TOKEN_CACHE_SECONDS (``skincare.selectors``); expired or revoked tokens are 401."""
 
     keyword = b"bearer"
 
@@ -126,10 +128,6 @@ def authenticated_customer(request: Request) -> User:
     return user
 
 
-def error_body(message: str, code: str, **details: Any) -> dict[str, Any]:
-    return {"error": message, "code": code, **details}
-
-
 def internal_error() -> Response:
     return Response(error_body("Internal server error.", "internal_error"), status=500)
 
@@ -138,7 +136,7 @@ def domain_error_response(exc: DomainError) -> Response:
     if not exc.expose:
         logger.error("domain error %s", exc.code, exc_info=exc)
         return internal_error()
-    return Response(error_body(exc.message, exc.code, **exc.details), status=exc.http_status, headers=exc.headers)
+    return Response(exc.body(), status=exc.http_status, headers=exc.headers)
 
 
 def payload_too_large_body() -> dict[str, Any]:
@@ -192,7 +190,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
 
 def domain_error_json(exc: DomainError) -> JsonResponse:
     """The same answer as ``domain_error_response``, for plain Django views and middleware."""
-    response = JsonResponse(error_body(exc.message, exc.code, **exc.details), status=exc.http_status)
+    response = JsonResponse(exc.body(), status=exc.http_status)
     for name, value in exc.headers.items():
         response[name] = value
     return response

@@ -1,17 +1,18 @@
-"""Database helpers shared by every app: the transaction guard, transient-error retries, outage detection,
-per-transaction timeouts, the database clock."""
+"""Database helpers shared by every app: the transaction runner (transient-error retries, per-transaction timeouts
+behind PgBouncer, the isolation level), outage detection, the database clock. Locks and their order are in
+``skincare.locks``."""
 
 import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, models, transaction
+from django.db import InterfaceError, OperationalError, connection, models
 
 from skincare import metrics
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
@@ -64,13 +65,6 @@ def transaction_timeouts() -> tuple[str, str]:
     return str(settings.DB_LOCK_TIMEOUT_MS), str(settings.DB_STATEMENT_TIMEOUT_MS)
 
 
-def set_transaction_timeouts() -> None:
-    """``SET LOCAL lock_timeout/statement_timeout`` for the current transaction (one round trip)."""
-    require_transaction()
-    with connection.cursor() as cursor:
-        cursor.execute(TIMEOUTS_SQL, list(transaction_timeouts()))
-
-
 class _TimeoutsOnFirstStatement:
     """A Django execute wrapper that sends :data:`TIMEOUTS_SQL` right before the first statement that runs inside
     the transaction, so every ``retry_transient`` service gets its bounds without a line of its own."""
@@ -85,12 +79,6 @@ class _TimeoutsOnFirstStatement:
             self.applied = True  # first, so the statement below passes through this wrapper untouched
             context["cursor"].execute(TIMEOUTS_SQL, list(transaction_timeouts()))
         return execute(sql, params, many, context)
-
-
-def require_transaction() -> None:
-    """Refuse to take row locks outside a transaction: in autocommit they would be released at once."""
-    if not connection.in_atomic_block:
-        raise RuntimeError("row locks must be taken inside transaction.atomic()")
 
 
 class RetryTransaction(Exception):
@@ -235,26 +223,6 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-# Transaction-scoped advisory lock keys: one namespace per kind of thing locked, so keys never collide. The key is
-# a bigint: the namespace in the top 16 bits, the id below (ids up to 2**47).
-ADVISORY_NAMESPACES = {"inventory_product": 1, "customer_checkout": 2}
-
-
-def advisory_key(namespace: str, ident: int) -> int:
-    if not 0 < ident < 2**47:
-        raise ValueError(f"advisory lock id out of range: {ident}")
-    return (ADVISORY_NAMESPACES[namespace] << 47) | ident
-
-
-def advisory_xact_lock(*, namespace: str, idents: Iterable[int]) -> None:
-    """Take ``pg_advisory_xact_lock`` for each id in ascending order (waiting; released at COMMIT/ROLLBACK, so it
-    works behind a transaction-mode pooler). One statement per key: the order of acquisition is the loop's."""
-    require_transaction()
-    with connection.cursor() as cursor:
-        for ident in sorted(set(idents)):
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(namespace, ident)])
-
-
 class TransactionNow(models.Func):
     """PostgreSQL's ``now()``: the start time of the current transaction, by the database's clock.
     (Django's ``Now()`` compiles to ``STATEMENT_TIMESTAMP()``; expiry decisions here use ``now()``, so every
@@ -269,96 +237,3 @@ def db_now() -> datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         return cursor.fetchone()[0]
-
-
-__all__ = [
-    "TransactionNow",
-    "db_now",
-    "is_connection_failure",
-    "require_transaction",
-    "retry_transient",
-    "sqlstate",
-    "transaction",
-]
-
-
-class CompiledUpdate:
-    """An ORM ``QuerySet.update()`` compiled to SQL once per process, then executed with new values.
-
-    The statement is still defined with the ORM (filters, guards, ``F()`` expressions), so it reads like every
-    other update here and follows model changes; only the compilation (about a quarter of a millisecond of
-    Python per call) leaves the hot path. ``build(**slots)`` must return ``(queryset, changes)`` for the
-    update; it is called once with a distinct sentinel integer per slot, and the compiled parameters are
-    mapped back to slot names, so a slot may appear several times (a guard and a ``SET``). Every compiled
-    parameter must be either a slot or a constant that does not depend on the slots.
-    """
-
-    # Sentinels stand in for the slots while compiling. They must be ordinary in-range values for the columns they
-    # meet: Django rewrites some lookups by value (an integer comparison with a number outside the column's range
-    # compiles to TRUE or FALSE). The statement is compiled with two different sentinel sets and must come out the
-    # same both times, so a value-dependent compilation is refused instead of cached.
-    _SENTINEL_SETS = ((1_000_003, 1_000_033, 1_000_037, 1_000_039), (2_000_003, 2_000_029, 2_000_039, 2_000_081))
-
-    def __init__(self, build: Callable[..., tuple[Any, dict[str, Any]]], *slots: str) -> None:
-        if len(slots) > len(self._SENTINEL_SETS[0]):
-            raise ValueError("too many slots")
-        self._build = build
-        self._slots = slots
-        self._compiled: tuple[str, list[tuple[str | None, Any]]] | None = None
-
-    def _compile_with(self, sentinels: tuple[int, ...]) -> tuple[str, list[tuple[str | None, Any]]]:
-        from django.db.models.sql import UpdateQuery
-
-        values = dict(zip(self._slots, sentinels, strict=False))
-        queryset, changes = self._build(**values)
-        query = queryset.query.chain(UpdateQuery)
-        query.add_update_values(changes)
-        query.annotations = {}
-        sql: str
-        sql, params = query.get_compiler(queryset.db).as_sql()
-        by_value = {value: name for name, value in values.items()}
-        # A slot keeps the parameter type Django chose for it (psycopg's Int4 for an integer column, ...).
-        mapped: list[tuple[str | None, Any]] = [
-            (by_value[p], type(p)) if isinstance(p, int) and not isinstance(p, bool) and p in by_value else (None, p)
-            for p in params
-        ]
-        missing = set(self._slots) - {name for name, _ in mapped if name}
-        if missing:
-            raise ValueError(f"slots {sorted(missing)} do not appear in the compiled statement")
-        return sql, mapped
-
-    def _compile(self) -> tuple[str, list[tuple[str | None, Any]]]:
-        first = self._compile_with(self._SENTINEL_SETS[0])
-        second = self._compile_with(self._SENTINEL_SETS[1])
-        same_constants = [c for n, c in first[1] if n is None] == [c for n, c in second[1] if n is None]
-        if first[0] != second[0] or [n for n, _ in first[1]] != [n for n, _ in second[1]] or not same_constants:
-            raise ValueError(f"the statement depends on the slot values and cannot be compiled once: {first[0]}")
-        return first
-
-    @property
-    def sql(self) -> str:
-        if self._compiled is None:
-            self._compiled = self._compile()
-        return self._compiled[0]
-
-    def execute(self, **values: Any) -> int:
-        """Run the update with ``values`` for the slots; returns the number of rows changed."""
-        if self._compiled is None:
-            self._compiled = self._compile()
-        sql, mapped = self._compiled
-        params = [kind(values[name]) if name else kind for name, kind in mapped]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.rowcount
-
-
-__all__ = [
-    "CompiledUpdate",
-    "TransactionNow",
-    "db_now",
-    "require_transaction",
-    "retry_transient",
-    "set_transaction_timeouts",
-    "sqlstate",
-    "transaction",
-]

@@ -3,8 +3,7 @@ import logging
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
-from skincare.api import error_body
-from skincare.errors import DatabaseUnavailable
+from skincare.errors import DatabaseUnavailable, error_body
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from http import HTTPStatus
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from skincare.api import domain_error_json, error_body, outage_error, payload_too_large_body
+from skincare.api import domain_error_json, outage_error, payload_too_large_body
+from skincare.errors import error_body
 
 API_PREFIXES = ("/v1/", "/healthz", "/readyz", "/metrics")
 BROWSER_PAGES_UNDER_API = ("/v1/payments/sandbox/",)

@@ -234,6 +234,8 @@ PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
 # Abuse and retries (docs/reliability.md)
 # Idempotency-Key records of checkouts are kept this long (then pruned by prune_retention).
 IDEMPOTENCY_KEY_TTL_SECONDS = env.int("IDEMPOTENCY_KEY_TTL_SECONDS", default=86400)
+# Refusals stored under Idempotency-Keys, per customer: beyond the newest this many, older ones are forgotten.
+IDEMPOTENCY_MAX_STORED_REFUSALS = env.int("IDEMPOTENCY_MAX_STORED_REFUSALS", default=100)
 # Applied webhook event ids are kept this long; a gateway redelivers for a few days at most.
 PROCESSED_EVENTS_RETENTION_DAYS = env.int("PROCESSED_EVENTS_RETENTION_DAYS", default=30)
 # Open pending_payment orders one customer may hold at once (0 = no cap).

@@ -15,6 +15,7 @@ from inventory.permissions import ensure_ops_groups
 from orders.models import Order, Reservation
 from payments import services as payment_services
 from payments.models import PaymentAttempt, ProcessedEvent
+from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 
@@ -98,10 +99,10 @@ def shop(make_product, make_customer):
     """Serum: 6 available, 3 reserved (pending order: 2, amount-mismatch order, still pending: 1), 1 paid.
     Toner: 2 available, nothing reserved, 1 paid."""
     serum, toner = make_product(stock=10, name="Serum"), make_product(stock=3, name="Toner")
-    pending = payment_services.checkout(customer=make_customer(), items=[(serum.pk, 2)])
-    paid = payment_services.checkout(customer=make_customer(), items=[(serum.pk, 1), (toner.pk, 1)])
+    pending = place_order(customer=make_customer(), items=[(serum.pk, 2)])
+    paid = place_order(customer=make_customer(), items=[(serum.pk, 1), (toner.pk, 1)])
     pay(paid)
-    mismatch = payment_services.checkout(customer=make_customer(), items=[(serum.pk, 1)])
+    mismatch = place_order(customer=make_customer(), items=[(serum.pk, 1)])
     pay(mismatch, amount=Decimal("0.01"))
     return {"serum": serum, "toner": toner, "pending": pending, "paid": paid, "mismatch": mismatch}
 
@@ -348,7 +349,7 @@ def test_set_counted_with_an_old_version_is_refused(manager_client, shop, make_c
     """Single-threaded version of test_stale_form.py: the row moved on between GET and POST."""
     serum = shop["serum"]
     version = manager_client.get(set_counted_url(serum)).context["form"].initial["version"]
-    payment_services.checkout(customer=make_customer(), items=[(serum.pk, 1)])
+    place_order(customer=make_customer(), items=[(serum.pk, 1)])
     before, ledger_rows = stock(serum), StockMovement.objects.count()
 
     response = manager_client.post(set_counted_url(serum), {"counted": "15", "note": "count", "version": version})
@@ -417,8 +418,8 @@ def test_staff_without_any_group_sees_no_models(shop):
 def test_cancel_action_cancels_pending_orders_and_reports_the_others(manager_client, shop, make_customer):
     serum, toner = shop["serum"], shop["toner"]
     pending, paid = shop["pending"], shop["paid"]
-    second = payment_services.checkout(customer=make_customer(), items=[(toner.pk, 1)])
-    already = payment_services.checkout(customer=make_customer(), items=[(serum.pk, 1)])
+    second = place_order(customer=make_customer(), items=[(toner.pk, 1)])
+    already = place_order(customer=make_customer(), items=[(serum.pk, 1)])
     first = manager_client.post(
         changelist_url(Order), {"action": "cancel_orders", "_selected_action": [already.pk]}, follow=True
     )

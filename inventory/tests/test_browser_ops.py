@@ -24,7 +24,7 @@ from inventory import services
 from inventory.models import Inventory, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.models import Reservation
-from payments import services as payment_services
+from payments.testing import place_order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -95,7 +95,7 @@ def message_with(level, text):
 
 
 def checkout_on_another_connection(customer, product_id, qty):
-    [outcome] = run_concurrently(1, lambda i: payment_services.checkout(customer=customer, items=[(product_id, qty)]))
+    [outcome] = run_concurrently(1, lambda i: place_order(customer=customer, items=[(product_id, qty)]))
     assert outcome.error is None, outcome.error
     return outcome.value
 

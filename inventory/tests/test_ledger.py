@@ -15,6 +15,7 @@ from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services as payment_services
+from payments.testing import place_order
 from skincare.db import sqlstate
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +62,7 @@ def test_checkout_writes_one_reserve_row_per_product(make_product, customer):
     marker = last_id()
 
     # Listed out of order and one product twice: merged, and the rows come in ascending product id.
-    order = payment_services.checkout(customer=customer, items=[(second.pk, 1), (first.pk, 2), (second.pk, 2)])
+    order = place_order(customer=customer, items=[(second.pk, 1), (first.pk, 2), (second.pk, 2)])
 
     assert rows_since(marker) == [
         (R.RESERVE, first.pk, -2, 2, order.pk, None, ""),
@@ -77,7 +78,7 @@ def test_refused_checkout_writes_no_ledger_row(make_product, customer):
     marker = last_id()
 
     with pytest.raises(StockConflict):
-        payment_services.checkout(customer=customer, items=[(plenty.pk, 1), (short.pk, 2)])
+        place_order(customer=customer, items=[(plenty.pk, 1), (short.pk, 2)])
 
     assert rows_since(marker) == []
     assert counters(plenty)[:2] == (10, 0)
@@ -87,7 +88,7 @@ def test_refused_checkout_writes_no_ledger_row(make_product, customer):
 
 def test_payment_writes_one_consume_row_per_line(make_product, customer):
     first, second = make_product(stock=10), make_product(stock=10)
-    order = payment_services.checkout(customer=customer, items=[(first.pk, 2), (second.pk, 1)])
+    order = place_order(customer=customer, items=[(first.pk, 2), (second.pk, 1)])
     marker = last_id()
 
     outcome = payment_services.payment_event_apply(
@@ -109,7 +110,7 @@ def test_payment_writes_one_consume_row_per_line(make_product, customer):
 
 def test_cancel_writes_one_cancel_row_per_line(make_product, customer):
     product = make_product(stock=10)
-    order = payment_services.checkout(customer=customer, items=[(product.pk, 4)])
+    order = place_order(customer=customer, items=[(product.pk, 4)])
     marker = last_id()
 
     order_services.order_cancel(order_id=order.pk, reason=Order.CancelReason.OPS_CANCELLED)
@@ -121,8 +122,8 @@ def test_cancel_writes_one_cancel_row_per_line(make_product, customer):
 
 def test_expiry_writes_one_expire_row_per_line(make_product, make_customer):
     product, other = make_product(stock=10), make_product(stock=10)
-    due = payment_services.checkout(customer=make_customer(), items=[(product.pk, 3), (other.pk, 1)])
-    not_due = payment_services.checkout(customer=make_customer(), items=[(product.pk, 2)])
+    due = place_order(customer=make_customer(), items=[(product.pk, 3), (other.pk, 1)])
+    not_due = place_order(customer=make_customer(), items=[(product.pk, 2)])
     past = Now() - timedelta(seconds=1)
     Order.objects.filter(pk=due.pk).update(payment_expires_at=past)
     Reservation.objects.filter(order=due).update(expires_at=past)
@@ -159,7 +160,7 @@ def test_adjust_writes_one_row_with_actor_and_note(make_product, ops_user, reaso
 
 def test_adjust_below_zero_is_refused_and_writes_nothing(make_product, customer, ops_user):
     product = make_product(stock=5)
-    payment_services.checkout(customer=customer, items=[(product.pk, 2)])  # 3 available, 2 reserved
+    place_order(customer=customer, items=[(product.pk, 2)])  # 3 available, 2 reserved
     before = counters(product)
     marker = last_id()
 
@@ -188,7 +189,7 @@ def test_adjust_without_delta_or_reason_is_refused(make_product, bad):
 
 def test_set_counted_writes_one_count_row_with_the_difference(make_product, customer, ops_user):
     product = make_product(stock=10)
-    payment_services.checkout(customer=customer, items=[(product.pk, 2)])  # 8 available, 2 reserved
+    place_order(customer=customer, items=[(product.pk, 2)])  # 8 available, 2 reserved
     available, reserved, version = counters(product)
     marker = last_id()
 
@@ -216,7 +217,7 @@ def test_set_counted_to_the_same_figure_writes_nothing(make_product, ops_user):
 def test_set_counted_with_a_stale_version_is_refused_and_writes_nothing(make_product, customer, ops_user):
     product = make_product(stock=10)
     loaded_version = counters(product)[2]
-    payment_services.checkout(customer=customer, items=[(product.pk, 1)])  # the row moves on
+    place_order(customer=customer, items=[(product.pk, 1)])  # the row moves on
     before, marker = counters(product), last_id()
 
     with pytest.raises(StaleStockVersion):

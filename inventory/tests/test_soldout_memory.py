@@ -7,7 +7,7 @@ from inventory import soldout
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory
 from orders.models import Order
-from payments import services
+from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +32,7 @@ def clock(monkeypatch, settings):
 
 def checkout_status(customer, product, qty=1):
     try:
-        services.checkout(customer=customer, items=[(product.pk, qty)])
+        place_order(customer=customer, items=[(product.pk, qty)])
     except StockConflict:
         return 409
     return 201

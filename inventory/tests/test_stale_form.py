@@ -12,7 +12,7 @@ from inventory.models import Inventory, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.audit import audit_inventory
 from orders.models import Order, Reservation
-from payments import services as payment_services
+from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,7 +39,7 @@ def counters(product):
 
 def checkout_in_another_thread(customer, product, qty):
     """A real checkout on its own connection, committed before this returns."""
-    [outcome] = run_concurrently(1, lambda i: payment_services.checkout(customer=customer, items=[(product.pk, qty)]))
+    [outcome] = run_concurrently(1, lambda i: place_order(customer=customer, items=[(product.pk, qty)]))
     assert outcome.error is None, outcome.error
     return outcome.value
 
@@ -86,7 +86,7 @@ def test_count_and_checkout_at_the_same_instant_never_lose_the_reservation(manag
                 return manager_client.post(
                     set_counted_url(product), {"counted": "15", "note": "race count", "version": version}
                 ).status_code
-            return payment_services.checkout(customer=buyer, items=[(product.pk, 2)])
+            return place_order(customer=buyer, items=[(product.pk, 2)])
 
         save, checkout = run_concurrently(2, act)
 

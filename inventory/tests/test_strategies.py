@@ -15,12 +15,12 @@ from django.db import connection
 from django.test import Client
 
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
+from inventory import services as inventory_services
 from inventory.exceptions import LockBusy, StockConflict
 from inventory.models import Inventory, InventoryStrategy, Product
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
-from payments import services
-from payments.testing import STRATEGIES, buy_retrying, is_order
+from payments.testing import STRATEGIES, buy_retrying, is_order, place_order
 
 S = InventoryStrategy
 
@@ -32,6 +32,14 @@ def conninfo():
     return " ".join(f"{k}={params[k]}" for k in keys if params.get(k))
 
 
+def is_reserve(sql):
+    """The guarded reservation UPDATE (plain or at a version), as ``inventory.services`` sends it."""
+    return sql in (inventory_services.RESERVE_SQL, inventory_services.RESERVE_AT_VERSION_SQL)
+
+
+PRODUCT_KEY_LOCK = "SELECT pg_advisory_xact_lock(%s)"  # skincare.locks.advisory_xact_lock, one key per statement
+
+
 def statements_of_one_checkout(customer, product):
     """The SQL one checkout sends, and the isolation level its guarded UPDATE ran at."""
     sent, isolation = [], []
@@ -39,13 +47,13 @@ def statements_of_one_checkout(customer, product):
     def record(execute, sql, params, many, context):
         sent.append(sql)
         result = execute(sql, params, many, context)
-        if sql.startswith('UPDATE "inventories"'):
+        if is_reserve(sql):
             context["cursor"].execute("SHOW transaction_isolation")
             isolation.append(context["cursor"].fetchone()[0])
         return result
 
     with connection.execute_wrapper(record):
-        order = services.checkout(customer=customer, items=[(product.pk, 1)])
+        order = place_order(customer=customer, items=[(product.pk, 1)])
     return order, sent, isolation[-1]
 
 
@@ -84,12 +92,12 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
     def has(strategy, text):
         return text in seen[strategy][0]
 
-    assert all(has(s, '"available_stock" >= %s') for s in STRATEGIES)  # every strategy ends with the guard
-    assert not has(S.GUARDED_UPDATE, "FOR NO KEY UPDATE") and not has(S.GUARDED_UPDATE, "pg_advisory")
+    assert all(has(s, "AND available_stock >= %(qty)s") for s in STRATEGIES)  # every strategy ends with the guard
+    assert not has(S.GUARDED_UPDATE, "FOR NO KEY UPDATE") and not has(S.GUARDED_UPDATE, PRODUCT_KEY_LOCK)
     assert has(S.ROW_LOCK, "FOR NO KEY UPDATE") and not has(S.ROW_LOCK, "NOWAIT")
     assert has(S.ROW_LOCK_NOWAIT, "FOR NO KEY UPDATE NOWAIT")
-    assert has(S.OPTIMISTIC, '"inventories"."version" = %s')
-    assert has(S.ADVISORY, "pg_advisory_xact_lock")
+    assert has(S.OPTIMISTIC, "AND version = %(version)s")
+    assert has(S.ADVISORY, PRODUCT_KEY_LOCK)
     assert {s: iso for s, (_sql, iso) in seen.items()} == {
         **dict.fromkeys(STRATEGIES, "read committed"),
         S.SERIALIZABLE: "serializable",
@@ -160,7 +168,7 @@ def test_control_a_waiting_row_lock_waits_instead_of_answering_busy(make_product
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 200")
         try:
-            return services.checkout(customer=customer, items=[(product.pk, 1)])
+            return place_order(customer=customer, items=[(product.pk, 1)])
         finally:
             connection.close()
 
@@ -179,17 +187,17 @@ def test_optimistic_gives_up_after_its_bound_when_the_version_keeps_changing(mak
     attempts = []
 
     def someone_else_changes_the_row_first(execute, sql, params, many, context):
-        if sql.startswith('UPDATE "inventories"'):
+        if is_reserve(sql):
             attempts.append(1)
             with psycopg.connect(conninfo(), autocommit=True) as other:  # commits before our UPDATE runs
                 other.execute("UPDATE inventories SET version = version + 1 WHERE product_id = %s", [product.pk])
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(someone_else_changes_the_row_first), pytest.raises(StockConflict) as refused:
-        services.checkout(customer=customer, items=[(product.pk, 1)])
+        place_order(customer=customer, items=[(product.pk, 1)])
 
     assert len(attempts) == 3
-    assert refused.value.details == {"product_ids": [product.pk], "gave_up_after": 3}
+    assert refused.value.data() == {"product_ids": [product.pk], "gave_up_after": 3}
     assert Order.objects.count() == 0
     assert Inventory.objects.get(pk=product.pk).available_stock == 5
     assert_invariants()
@@ -202,7 +210,7 @@ def test_optimistic_succeeds_once_the_version_holds(make_product, customer, sett
     attempts = []
 
     def change_the_row_once(execute, sql, params, many, context):
-        if sql.startswith('UPDATE "inventories"'):
+        if is_reserve(sql):
             attempts.append(1)
             if len(attempts) == 1:
                 with psycopg.connect(conninfo(), autocommit=True) as other:
@@ -210,7 +218,7 @@ def test_optimistic_succeeds_once_the_version_holds(make_product, customer, sett
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(change_the_row_once):
-        order = services.checkout(customer=customer, items=[(product.pk, 1)])
+        order = place_order(customer=customer, items=[(product.pk, 1)])
 
     assert is_order(order) and len(attempts) == 2
     assert Inventory.objects.get(pk=product.pk).reserved_stock == 1
@@ -228,7 +236,7 @@ def test_serializable_retries_a_failure_raised_at_commit(make_product, customer,
 
     def pause_after_the_first_update(execute, sql, params, many, context):
         result = execute(sql, params, many, context)
-        if sql.startswith('UPDATE "inventories"'):
+        if is_reserve(sql):
             update_rowcounts.append(context["cursor"].rowcount)
             if len(update_rowcounts) == 1:
                 updated.set()
@@ -237,7 +245,7 @@ def test_serializable_retries_a_failure_raised_at_commit(make_product, customer,
 
     def checkout():
         with connection.execute_wrapper(pause_after_the_first_update):
-            return services.checkout(customer=customer, items=[(product.pk, 1)])
+            return place_order(customer=customer, items=[(product.pk, 1)])
 
     buyer = ThreadRun(checkout)
     assert updated.wait(timeout=60)
@@ -334,10 +342,10 @@ def test_a_cart_takes_advisory_keys_before_row_locks_in_ascending_order(make_pro
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        services.checkout(customer=customer, items=[(advisory_high.pk, 1), (low_rows.pk, 1)])
+        place_order(customer=customer, items=[(advisory_high.pk, 1), (low_rows.pk, 1)])
 
-    advisory = next(i for i, sql in enumerate(sent) if "pg_advisory_xact_lock" in sql)
+    advisory = next(i for i, sql in enumerate(sent) if sql == PRODUCT_KEY_LOCK)
     row_locks = next(i for i, sql in enumerate(sent) if "FOR NO KEY UPDATE" in sql)
-    updates = [i for i, sql in enumerate(sent) if sql.startswith('UPDATE "inventories"')]
+    updates = [i for i, sql in enumerate(sent) if is_reserve(sql)]
     assert advisory < row_locks < updates[0]
     assert len(updates) == 2

@@ -20,6 +20,7 @@ from orders import services as order_services
 from orders.audit import CHECKS, DESCRIPTIONS, audit_inventory
 from orders.models import Order, Reservation
 from payments import services as payment_services
+from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 
@@ -49,12 +50,12 @@ def expire_now(order):
 def busy_shop(make_product, make_customer):
     """Every kind of history: pending, paid, cancelled, expired orders, an adjustment and a count."""
     serum, toner = make_product(stock=20), make_product(stock=10)
-    pending = payment_services.checkout(customer=make_customer(), items=[(serum.pk, 2), (toner.pk, 1)])
-    paid = payment_services.checkout(customer=make_customer(), items=[(serum.pk, 3)])
+    pending = place_order(customer=make_customer(), items=[(serum.pk, 2), (toner.pk, 1)])
+    paid = place_order(customer=make_customer(), items=[(serum.pk, 3)])
     assert pay(paid) == "paid"
-    cancelled = payment_services.checkout(customer=make_customer(), items=[(toner.pk, 2)])
+    cancelled = place_order(customer=make_customer(), items=[(toner.pk, 2)])
     order_services.order_cancel(order_id=cancelled.pk, reason=Order.CancelReason.OPS_CANCELLED)
-    expired = payment_services.checkout(customer=make_customer(), items=[(serum.pk, 1), (toner.pk, 4)])
+    expired = place_order(customer=make_customer(), items=[(serum.pk, 1), (toner.pk, 4)])
     expire_now(expired)
     assert order_services.orders_expire_due().orders == 1
     inventory_services.stock_adjust(product_id=serum.pk, delta=-1, note="damaged")

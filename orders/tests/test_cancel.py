@@ -12,6 +12,7 @@ from orders.exceptions import OrderNotPending
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt
+from payments.testing import place_order
 
 
 def cancel_url(order_id):
@@ -37,7 +38,7 @@ def products(make_product):
 
 @pytest.fixture
 def order(api, products):
-    return services.checkout(customer=api.customer, items=[(products[1].pk, 1), (products[0].pk, 3)])
+    return place_order(customer=api.customer, items=[(products[1].pk, 1), (products[0].pk, 3)])
 
 
 @pytest.mark.django_db
@@ -175,7 +176,7 @@ def test_cancel_racing_the_sweeper_releases_each_reservation_once(make_product, 
     products = [make_product(stock=100) for _ in range(3)]
     customers = [make_customer() for _ in range(30)]
     orders = [
-        services.checkout(customer=customers[i], items=[(products[i % 3].pk, 1 + i % 2), (products[(i + 1) % 3].pk, 2)])
+        place_order(customer=customers[i], items=[(products[i % 3].pk, 1 + i % 2), (products[(i + 1) % 3].pk, 2)])
         for i in range(30)
     ]
 

@@ -8,11 +8,11 @@ import pytest
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory
-from orders import locks
 from orders import services as order_services
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
-from payments import services
+from payments import checkout as checkouts
+from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout_once
 
 
@@ -62,15 +62,15 @@ def test_cancelled_and_expired_orders_give_their_units_back_to_the_limit(api, ma
 def test_other_customers_are_not_affected_by_a_limit(make_product, make_customer):
     limited = make_product(stock=50, max_per_customer=1)
     alice, bob = make_customer(), make_customer()
-    services.checkout(customer=alice, items=[(limited.pk, 1)])
+    place_order(customer=alice, items=[(limited.pk, 1)])
     with pytest.raises(PurchaseLimitExceeded):
-        services.checkout(customer=alice, items=[(limited.pk, 1)])
-    services.checkout(customer=bob, items=[(limited.pk, 1)])
+        place_order(customer=alice, items=[(limited.pk, 1)])
+    place_order(customer=bob, items=[(limited.pk, 1)])
 
 
 def checkout_outcome(customer, items):
     try:
-        services.checkout(customer=customer, items=items)
+        place_order(customer=customer, items=items)
         return "created"
     except PurchaseLimitExceeded:
         return "limit"
@@ -106,16 +106,17 @@ def test_thirty_concurrent_checkouts_by_one_customer_never_pass_the_limit(make_p
 def without_the_customer_lock(monkeypatch, parties):
     """TEST ONLY: the naive version: no customer lock, and every checkout reads the customer's orders before any
     commits (a barrier right before the stock update makes the race certain)."""
-    monkeypatch.setattr(locks, "customer_lock_expression", lambda *, customer_id: ("1", []))
-    monkeypatch.setattr(locks, "lock_customer", lambda *, customer_id: None)
+    unlocked = checkouts.QUOTES_SQL.replace("(SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s))", "1")
+    assert unlocked != checkouts.QUOTES_SQL
+    monkeypatch.setattr(checkouts, "QUOTES_SQL", unlocked)
     all_checked = threading.Barrier(parties)
-    real = order_services.order_reserve_stock
+    real = checkouts._reserve_stock
 
-    def reserve_after_everyone_checked(**kwargs):
+    def reserve_after_everyone_checked(lines):
         all_checked.wait(timeout=60)
-        return real(**kwargs)
+        return real(lines)
 
-    monkeypatch.setattr(order_services, "order_reserve_stock", reserve_after_everyone_checked)
+    monkeypatch.setattr(checkouts, "_reserve_stock", reserve_after_everyone_checked)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,14 +1,14 @@
 import pytest
 from rest_framework.test import APIClient
 
-from payments import services
+from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 
 
 def test_owner_sees_order_anyone_else_gets_404(api, make_product, make_customer):
     product = make_product(stock=5, price="12.50")
-    order = services.checkout(customer=api.customer, items=[(product.pk, 2)])
+    order = place_order(customer=api.customer, items=[(product.pk, 2)])
 
     mine = api.get(f"/v1/orders/{order.pk}")
     assert mine.status_code == 200

@@ -22,8 +22,7 @@ from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
-from payments import services
-from payments.testing import STRATEGIES, buy_retrying
+from payments.testing import STRATEGIES, buy_retrying, place_order
 from skincare.errors import ServiceBusy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,7 +48,7 @@ def due_orders(settings, customer, carts):
     """Check out each cart with a zero TTL: by the database clock the orders are due the moment they commit."""
     settings.RESERVATION_TTL_SECONDS = 0
     try:
-        return [services.checkout(customer=customer, items=cart) for cart in carts]
+        return [place_order(customer=customer, items=cart) for cart in carts]
     finally:
         settings.RESERVATION_TTL_SECONDS = 1800
 
@@ -190,7 +189,7 @@ def test_report_counts_batches_and_exit_codes(make_product, customer, settings):
     due_orders(
         settings, customer, [[(a.pk, 1), (b.pk, 2)], [(a.pk, 3)], [(b.pk, 1)], [(a.pk, 2), (b.pk, 2)], [(a.pk, 1)]]
     )
-    not_due = services.checkout(customer=customer, items=[(a.pk, 4)])
+    not_due = place_order(customer=customer, items=[(a.pk, 4)])
 
     out = io.StringIO()
     assert call_command("expire_reservations", "--batch-size", "2", stdout=out) is None

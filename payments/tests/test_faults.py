@@ -13,11 +13,11 @@ from rest_framework.test import APIClient
 from devtools.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
 from inventory import services as inventory_services
 from inventory.models import Inventory, StockMovement
-from orders import services as order_services
 from orders.audit import audit_inventory
 from orders.models import Order, Reservation
-from payments import services
+from payments import checkout as checkouts
 from payments.models import PaymentAttempt
+from payments.testing import place_order
 from skincare.db import retry_transient, sqlstate
 from skincare.errors import DatabaseUnavailable
 
@@ -92,15 +92,15 @@ def test_checkout_connection_killed_after_its_first_statements_is_a_clean_503(
 ):
     product = make_product(stock=5)
     before = counts()
-    pause = PauseAfter(order_services.order_open)  # order, lines and reservation rows written, not committed
-    monkeypatch.setattr(order_services, "order_open", pause)
+    pause = PauseAfter(checkouts._open_order)  # order, lines, reservations, attempt written, not committed
+    monkeypatch.setattr(checkouts, "_open_order", pause)
 
     def buy():
         if through == "api":
             return client_for(customer).post(
                 "/v1/checkout", {"items": [{"product_id": product.pk, "qty": 2}]}, format="json"
             )
-        return services.checkout(customer=customer, items=[(product.pk, 2)])
+        return place_order(customer=customer, items=[(product.pk, 2)])
 
     run = ThreadRun(buy)
     assert pause.paused.wait(timeout=60)
@@ -121,7 +121,7 @@ def test_checkout_connection_killed_after_its_first_statements_is_a_clean_503(
     assert_invariants()
     # The next checkout gets a fresh connection and goes through.
     monkeypatch.undo()
-    again = ThreadRun(lambda: services.checkout(customer=customer, items=[(product.pk, 2)]).pk).join()
+    again = ThreadRun(lambda: place_order(customer=customer, items=[(product.pk, 2)]).pk).join()
     assert again.error is None, again.error
     assert stock(product) == (3, 2)
     assert_invariants()
@@ -135,12 +135,13 @@ def test_control_checkout_steps_in_separate_transactions_leave_a_half_written_or
     pids = []
 
     def naive_checkout():
-        order = order_services.order_open(customer=customer, quantities={product.pk: 2})  # commits on its own
+        with transaction.atomic():  # the order's rows commit on their own
+            _order, reserve = checkouts._open_order(customer=customer, quantities={product.pk: 2})
         pids.append(backend_pid())
         paused.set()
         resume.wait(timeout=60)
-        PaymentAttempt.objects.create(order=order, amount=order.total)
-        order_services.order_reserve_stock(order=order, quantities={product.pk: 2})
+        with transaction.atomic():
+            checkouts._reserve_stock(reserve)
 
     run = ThreadRun(naive_checkout)
     assert paused.wait(timeout=60)
@@ -166,7 +167,7 @@ def test_a_deadlocked_checkout_is_retried_and_succeeds(make_product, customer, c
 
     with transaction.atomic():
         list(Inventory.objects.select_for_update(no_key=True).filter(product=b))
-        run = ThreadRun(lambda: services.checkout(customer=customer, items=[(a.pk, 1), (b.pk, 1)]))
+        run = ThreadRun(lambda: place_order(customer=customer, items=[(a.pk, 1), (b.pk, 1)]))
         wait_for_lock_waiters(1)  # the checkout holds a and waits for b
         list(Inventory.objects.select_for_update(no_key=True).filter(product=a))  # the cycle; the checkout dies
     outcome = run.join()
@@ -256,7 +257,7 @@ def test_lock_timeout_on_checkout_is_503_busy_and_writes_nothing(make_product, c
 
 def test_lock_timeout_on_cancel_is_503_busy_and_writes_nothing(make_product, customer):
     product = make_product(stock=5)
-    order = services.checkout(customer=customer, items=[(product.pk, 2)])
+    order = place_order(customer=customer, items=[(product.pk, 2)])
     before = counts()
 
     def cancel():
@@ -301,7 +302,7 @@ def test_stock_adjust_racing_a_checkout_keeps_the_reservation(make_product, cust
     pause = PauseAfter(inventory_services.stock_reserve)
     monkeypatch.setattr(inventory_services, "stock_reserve", pause)
 
-    checkout = ThreadRun(lambda: services.checkout(customer=customer, items=[(product.pk, 3)]))
+    checkout = ThreadRun(lambda: place_order(customer=customer, items=[(product.pk, 3)]))
     assert pause.paused.wait(timeout=60)
     func = inventory_services.stock_adjust if adjust == "service" else naive_stock_adjust
     restock = ThreadRun(lambda: func(product_id=product.pk, delta=5, note="delivery"))
@@ -327,7 +328,7 @@ def test_stock_adjust_storm_with_checkouts_conserves_every_unit(make_product, ma
     def act(i):
         if i % 4 == 0:
             return inventory_services.stock_adjust(product_id=product.pk, delta=3, note=f"restock {i}")
-        return services.checkout(customer=buyers[i], items=[(product.pk, 2)])
+        return place_order(customer=buyers[i], items=[(product.pk, 2)])
 
     outcomes = run_concurrently(16, act)
 

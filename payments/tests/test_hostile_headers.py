@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from payments import services, signing
+from payments import signing
+from payments.testing import place_order
 from payments.tests.test_webhook import SECRET, db_state, deliver, encode, event
 
 
@@ -16,7 +17,7 @@ def webhook_settings(settings):
 
 @pytest.fixture
 def order(make_product, customer):
-    return services.checkout(customer=customer, items=[(make_product(stock=5, price="12.50").pk, 1)])
+    return place_order(customer=customer, items=[(make_product(stock=5, price="12.50").pk, 1)])
 
 
 def _digest(body):

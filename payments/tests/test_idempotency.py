@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders.models import Order, Reservation
-from payments import services
+from payments import checkout as checkouts
 from payments.models import IdempotencyKey, PaymentAttempt
 from skincare.errors import ServiceBusy
 
@@ -136,20 +136,18 @@ def test_domain_refusals_are_stored_and_replayed(api, make_product):
 
 @pytest.mark.django_db
 def test_a_503_is_not_stored_and_the_retry_runs(api, make_product, monkeypatch):
-    from orders import services as order_services
-
     product = make_product(stock=5)
     body = {"items": [{"product_id": product.pk, "qty": 1}]}
-    real = order_services.order_reserve_stock
+    real = checkouts._reserve_stock
     calls = []
 
-    def busy_once(**kwargs):
+    def busy_once(lines):
         calls.append(1)
         if len(calls) == 1:
             raise ServiceBusy()
-        return real(**kwargs)
+        return real(lines)
 
-    monkeypatch.setattr(order_services, "order_reserve_stock", busy_once)
+    monkeypatch.setattr(checkouts, "_reserve_stock", busy_once)
 
     busy = post(api, body, key="retry-me")
     retried = post(api, body, key="retry-me")
@@ -163,13 +161,19 @@ def test_a_503_is_not_stored_and_the_retry_runs(api, make_product, monkeypatch):
 
 
 def keyed_checkout(customer, product_id, key):
-    return services.checkout_idempotent(
+    return checkouts.checkout_idempotent(
         customer=customer,
         items=[(product_id, 1)],
         key=key,
         fingerprint="f" * 64,
-        render=lambda order: {"order_id": order.pk},
     )
+
+
+def answer(result):
+    """(status, order id) of a keyed checkout's answer."""
+    if result.refusal is not None:
+        return result.refusal.http_status, None
+    return 201, result.order.order_id
 
 
 @pytest.mark.django_db(transaction=True)
@@ -181,7 +185,7 @@ def test_fifty_concurrent_requests_with_one_key_make_one_order(make_product, cus
 
     assert [o.error for o in outcomes if o.error] == []
     results = [o.value for o in outcomes]
-    assert {(r.status, r.body["order_id"]) for r in results} == {(201, Order.objects.get().pk)}
+    assert {answer(r) for r in results} == {(201, Order.objects.get().pk)}
     assert sum(not r.replayed for r in results) == 1  # the others waited for it and replayed its answer
     assert Reservation.objects.count() == 1
     assert Inventory.objects.get(product=product).reserved_stock == 1
@@ -202,10 +206,10 @@ def test_control_without_the_key_claim_fifty_retries_make_many_orders(make_produ
         stored = Key.objects.filter(customer=customer, key=key).first()
         all_looked.wait(timeout=60)
         if stored is not None:
-            return services.IdempotencyClaim(key_id=None, stored=stored)
-        return services.IdempotencyClaim(key_id=0)  # "claimed": nothing blocks the others
+            return None  # used before: replay
+        return 0  # "claimed": nothing blocks the others
 
-    monkeypatch.setattr(services, "idempotency_key_claim", naive_claim)
+    monkeypatch.setattr(checkouts, "_claim_key", naive_claim)
 
     outcomes = run_concurrently(50, lambda i: keyed_checkout(customer, product.pk, "storm"))
 
@@ -218,19 +222,17 @@ def test_control_without_the_key_claim_fifty_retries_make_many_orders(make_produ
 def test_a_duplicate_waits_for_the_first_and_the_wait_is_bounded(make_product, customer, monkeypatch):
     """In progress: the second request with the key waits on the first one's row (here with a short lock_timeout it
     gives up with 503 busy and writes nothing); once the first commits, the same request replays its answer."""
-    from orders import services as order_services
-
     product = make_product(stock=5)
     inside, release = threading.Event(), threading.Event()
-    real = order_services.order_reserve_stock
+    real = checkouts._reserve_stock
 
-    def held(**kwargs):
+    def held(lines):
         if threading.current_thread().name == "first":
             inside.set()
             assert release.wait(timeout=60)
-        return real(**kwargs)
+        return real(lines)
 
-    monkeypatch.setattr(order_services, "order_reserve_stock", held)
+    monkeypatch.setattr(checkouts, "_reserve_stock", held)
     results = {}
 
     def first():
@@ -254,8 +256,8 @@ def test_a_duplicate_waits_for_the_first_and_the_wait_is_bounded(make_product, c
             cursor.execute("RESET lock_timeout")
 
     replay = keyed_checkout(customer, product.pk, "slow")
-    assert results["first"].status == 201 and not results["first"].replayed
-    assert (replay.status, replay.body, replay.replayed) == (201, results["first"].body, True)
+    assert answer(results["first"])[0] == 201 and not results["first"].replayed
+    assert (replay.order, replay.replayed) == (results["first"].order, True)
     assert Order.objects.count() == 1
     assert_invariants()
 
@@ -279,3 +281,27 @@ def test_keys_are_kept_for_their_ttl_then_pruned_and_reusable(api, make_product,
         cursor.execute("UPDATE idempotency_keys SET created_at = now() - interval '3601 seconds' WHERE key = 'old'")
     call_command("prune_retention", stdout=io.StringIO())
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["fresh"]
+
+
+@pytest.mark.django_db
+def test_stored_refusals_are_bounded_per_customer(api, make_product, make_customer, settings):
+    """A client that sends a fresh key with every refused checkout (a bot on a sold-out product) cannot grow the
+    table without bound: only the newest IDEMPOTENCY_MAX_STORED_REFUSALS refusals are kept; orders' keys stay."""
+    settings.IDEMPOTENCY_MAX_STORED_REFUSALS = 3
+    on_sale, sold_out = make_product(stock=5), make_product(stock=0)
+    placed = post(api, {"items": [{"product_id": on_sale.pk, "qty": 1}]}, key="paid-for")
+    other = client_for(make_customer())
+    post(other, {"items": [{"product_id": sold_out.pk, "qty": 1}]}, key="other-0")
+
+    answers = [post(api, {"items": [{"product_id": sold_out.pk, "qty": 1}]}, key=f"bot-{i}") for i in range(6)]
+
+    assert placed.status_code == 201
+    assert {a.status_code for a in answers} == {409}
+    mine = IdempotencyKey.objects.filter(customer__username=placed.wsgi_request.user.username)
+    assert sorted(mine.filter(response_status=409).values_list("key", flat=True)) == ["bot-3", "bot-4", "bot-5"]
+    assert list(mine.filter(response_status=201).values_list("key", flat=True)) == ["paid-for"]
+    assert IdempotencyKey.objects.filter(key="other-0").exists()  # another customer's refusals are their own
+    # The newest refusal still replays; a forgotten one runs again (and is refused again, stored anew).
+    assert post(api, {"items": [{"product_id": sold_out.pk, "qty": 1}]}, key="bot-5")["Idempotent-Replayed"] == "true"
+    again = post(api, {"items": [{"product_id": sold_out.pk, "qty": 1}]}, key="bot-0")
+    assert again.status_code == 409 and "Idempotent-Replayed" not in again

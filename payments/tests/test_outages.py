@@ -28,7 +28,8 @@ from devtools.testing import assert_invariants, backends, wait_for_lock_waiters,
 from inventory.models import Inventory
 from orders.models import Order, Reservation
 from orders.tests.test_sweeper import subprocess_env
-from payments import sandbox, services, signing
+from payments import sandbox, signing
+from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,7 +152,9 @@ def endpoints(base, token, product, order):
         "order": http(f"{base}/v1/orders/{order.pk}", headers=auth),
         "cancel": http(f"{base}/v1/orders/{order.pk}/cancel", method="POST", headers=auth),
         "webhook": http(f"{base}/v1/payments/webhook", method="POST", body=event, headers=webhook_headers),
-        "sandbox": http(base + sandbox.sandbox_path(order)),  # the signed link checkout hands out
+        "sandbox": http(
+            base + sandbox.sandbox_path(order_id=order.pk, customer_id=order.customer_id)
+        ),  # the signed link checkout hands out
         "admin": (admin_status, admin_headers, admin_body),
     }
 
@@ -162,7 +165,7 @@ def test_database_down_every_endpoint_503_then_recovers_without_restart(
 ):
     _proc, base = gunicorn
     product = make_product(stock=50, price="1.00")
-    order = services.checkout(customer=customer, items=[(product.pk, 1)])
+    order = place_order(customer=customer, items=[(product.pk, 1)])
     for _ in range(4):  # both workers hold a persistent connection
         assert all(status < 500 for status, _h, _b in endpoints(base, customer.api_token, product, order).values())
     before = (Order.objects.count(), Reservation.objects.count())

@@ -20,6 +20,7 @@ from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services, signing
 from payments.models import PaymentAttempt, ProcessedEvent
+from payments.testing import place_order
 
 SECRET = "whsec-test-lifecycle-secret"
 WEBHOOK_URL = "/v1/payments/webhook"
@@ -37,7 +38,7 @@ def order(make_product, customer):
     """A pending order for 2 x 12.50 + 1 x 12.50 = 37.50 over two products with 10 units each."""
     first = make_product(stock=10, price="12.50")
     second = make_product(stock=10, price="12.50")
-    return services.checkout(customer=customer, items=[(first.pk, 2), (second.pk, 1)])
+    return place_order(customer=customer, items=[(first.pk, 2), (second.pk, 1)])
 
 
 def event(order, *, event_id="evt-1", type=services.EVENT_SUCCEEDED, amount=None, reference="ch_1", **extra):

@@ -16,7 +16,7 @@ from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt, ProcessedEvent
-from payments.testing import STRATEGIES
+from payments.testing import STRATEGIES, place_order
 from payments.tests.test_webhook import SECRET, deliver, event
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,8 +67,8 @@ def lines_of(order):
 
 def test_fifty_concurrent_deliveries_of_one_event_apply_once(make_product, customer):
     products = [make_product(stock=10, price="5.00"), make_product(stock=10, price="7.00")]
-    order = services.checkout(customer=customer, items=[(products[0].pk, 2), (products[1].pk, 3)])
-    other = services.checkout(customer=customer, items=[(products[0].pk, 1)])  # its units must stay reserved
+    order = place_order(customer=customer, items=[(products[0].pk, 2), (products[1].pk, 3)])
+    other = place_order(customer=customer, items=[(products[0].pk, 1)])  # its units must stay reserved
     body = json.dumps(event(order, event_id="evt-storm", reference="ch_storm")).encode()
 
     outcomes = run_concurrently(50, lambda i: deliver(body))
@@ -92,7 +92,7 @@ def test_fifty_concurrent_deliveries_of_one_event_apply_once(make_product, custo
 def test_two_distinct_charges_at_once_pay_once_and_flag_the_other(make_product, customer, settings):
     settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0  # setup: one customer holds many pending orders
     product = make_product(stock=10, price="5.00")
-    orders = [services.checkout(customer=customer, items=[(product.pk, 1)]) for _ in range(10)]
+    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(10)]
 
     def pay(i):
         order = orders[i // 2]
@@ -188,8 +188,7 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer, monk
     rounds = len(DEADLINE_OFFSETS_MS) * len(FIRST) * 2
     hooks = DeadlineRaceOrder(monkeypatch)
     orders = [
-        services.checkout(customer=customer, items=[(products[0].pk, 1 + i % 3), (products[1].pk, 2)])
-        for i in range(rounds)
+        place_order(customer=customer, items=[(products[0].pk, 1 + i % 3), (products[1].pk, 2)]) for i in range(rounds)
     ]
     tally = {"paid": 0, "cancelled by the sweeper": 0, "cancelled by the late payment": 0}
 
@@ -295,8 +294,7 @@ def test_customer_cancel_racing_payment(make_product, make_customer, monkeypatch
     initial = dict.fromkeys(products, 100)
     customers = [make_customer() for _ in range(30)]
     orders = [
-        services.checkout(customer=customers[i], items=[(products[0].pk, 1), (products[1].pk, 1 + i % 4)])
-        for i in range(30)
+        place_order(customer=customers[i], items=[(products[0].pk, 1), (products[1].pk, 1 + i % 4)]) for i in range(30)
     ]
     # A third of the orders with the cancel first, a third with the payment first, a third racing freely: both
     # outcomes happen on every run.
@@ -383,8 +381,8 @@ def naive_payment_apply(*, event_id, order_id, checked):
 def test_control_naive_select_then_apply_double_consumes(make_product, customer):
     """Same assertions as the 50-delivery test, against the naive handler: they fail."""
     product = make_product(stock=40, price="5.00")
-    order = services.checkout(customer=customer, items=[(product.pk, 2)])
-    services.checkout(customer=customer, items=[(product.pk, 20)])  # someone else's reserved units
+    order = place_order(customer=customer, items=[(product.pk, 2)])
+    place_order(customer=customer, items=[(product.pk, 20)])  # someone else's reserved units
     deliveries = 5
     checked = threading.Barrier(deliveries)
 

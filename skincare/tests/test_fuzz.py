@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from devtools.testing import assert_invariants
 from payments import signing
+from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 
@@ -51,14 +52,13 @@ def db_state() -> tuple[Any, ...]:
 @pytest.fixture
 def world(make_product, make_customer, settings):
     """A product on sale, a customer with a pending order, and someone else's order."""
-    from payments import services
 
     settings.PAYMENT_WEBHOOK_SECRET = SECRET
     settings.PAYMENT_SANDBOX = False
     product = make_product(stock=50, price="10.00")
     customer, stranger = make_customer(), make_customer()
-    own = services.checkout(customer=customer, items=[(product.pk, 1)])
-    other = services.checkout(customer=stranger, items=[(product.pk, 1)])
+    own = place_order(customer=customer, items=[(product.pk, 1)])
+    other = place_order(customer=stranger, items=[(product.pk, 1)])
     return {"product": product, "customer": customer, "own": own, "other": other}
 
 

@@ -13,7 +13,8 @@ from devtools.processes import Gunicorn, free_port
 from devtools.testing import make_overdue, run_concurrently
 from inventory.models import Inventory
 from orders.tests.test_sweeper import LineWatcher, run_command_in_thread
-from payments import services, signing
+from payments import signing
+from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout
 from skincare.db import retry_transient
 
@@ -43,7 +44,7 @@ def test_checkout_outcomes_and_latency_are_counted(api, make_product) -> None:  
 @pytest.mark.django_db
 def test_webhook_outcomes_are_counted_and_labels_stay_bounded(settings, customer, make_product) -> None:  # type: ignore[no-untyped-def]
     settings.PAYMENT_WEBHOOK_SECRET = "whsec-metrics-test"
-    order = services.checkout(customer=customer, items=[(make_product(stock=2).pk, 1)])
+    order = place_order(customer=customer, items=[(make_product(stock=2).pk, 1)])
     body = (
         b'{"event_id": "evt-m1", "type": "payment.succeeded", "order_id": %d, "amount": "%s", '
         b'"provider_reference": "m1"}' % (order.pk, str(order.total).encode())
@@ -130,7 +131,7 @@ def test_metrics_endpoint_wants_the_bearer_token_when_one_is_set(settings) -> No
 @pytest.mark.django_db(transaction=True)
 def test_sweeper_counts_and_serves_its_own_metrics(settings, customer, make_product) -> None:  # type: ignore[no-untyped-def]
     product = make_product(stock=5)
-    orders = [services.checkout(customer=customer, items=[(product.pk, 1)]) for _ in range(3)]
+    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(3)]
     for order in orders:
         make_overdue(order)
     expired, batches = value("skincare_sweeper_expired_reservations_total"), value("skincare_sweeper_batches_total")

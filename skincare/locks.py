@@ -1,0 +1,57 @@
+"""The lock order and the advisory-lock keys: the one description of both (``docs/locking.md`` explains why the
+order cannot deadlock; it does not repeat the list).
+
+Every transaction that takes more than one lock takes them in this order, and never goes back up:
+
+1. ``idempotency_keys`` — a keyed checkout claims (customer, key) with ``INSERT … ON CONFLICT`` as its first
+   statement; a second request with the same key waits here (``payments.checkout``).
+2. ``processed_events`` — a webhook claims its event id with ``INSERT … ON CONFLICT DO NOTHING`` as its first
+   statement (``payments.services``).
+3. the customer's checkout lock — advisory key ``("customer_checkout", customer id)``, taken by the checkout's
+   product read so that the per-customer counts are read after the customer's previous checkout committed
+   (``payments.checkout``).
+4. ``orders`` rows — ``FOR NO KEY UPDATE`` of one order (payment, cancel), or ``… SKIP LOCKED`` of a batch (the
+   sweeper), ascending id (``orders.locks``).
+5. that order's ``payment_attempts``, then its ``inventory_reservations`` — ``FOR NO KEY UPDATE``, by (order,
+   product) (``payments.services``, ``orders.locks``).
+6. advisory keys ``("inventory_product", product id)`` of ``advisory``-strategy products, ascending id (checkout
+   only, ``inventory.services``).
+7. ``inventories`` rows — ascending product id: guarded ``UPDATE``s, or ``FOR NO KEY UPDATE [NOWAIT]`` of all of a
+   cart's rows first (``inventory.services``). Always the last statements before COMMIT.
+
+A checkout's own new rows (order, lines, reservations, attempt, ledger) are invisible to everyone until COMMIT, so
+nobody waits for them: a checkout takes steps 1, 3, 6 and 7. A new lock gets a place in this list (and its argument
+in ``docs/locking.md``) before it gets code.
+
+Advisory keys are one bigint: the key space in the top bits, the id below (ids up to 2**47), after pretix's
+``KEY_SPACES``. Every advisory lock is transaction-scoped (``pg_advisory_xact_lock``): released by COMMIT or
+ROLLBACK, so it works behind a transaction-mode pooler.
+"""
+
+from collections.abc import Iterable
+
+from django.db import connection
+
+ADVISORY_KEY_SPACES = {"inventory_product": 1, "customer_checkout": 2}
+_ID_BITS = 47
+
+
+def advisory_key(space: str, ident: int) -> int:
+    """The bigint advisory-lock key of ``ident`` in ``space`` (one of :data:`ADVISORY_KEY_SPACES`)."""
+    if not 0 < ident < 2**_ID_BITS:
+        raise ValueError(f"advisory lock id out of range: {ident}")
+    return (ADVISORY_KEY_SPACES[space] << _ID_BITS) | ident
+
+
+def require_transaction() -> None:
+    """Refuse to take locks outside a transaction: in autocommit they would be released at once."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("locks must be taken inside transaction.atomic()")
+
+
+def advisory_xact_lock(*, space: str, idents: Iterable[int]) -> None:
+    """``pg_advisory_xact_lock`` for each id in ascending order (waiting), one statement per key."""
+    require_transaction()
+    with connection.cursor() as cursor:
+        for ident in sorted(set(idents)):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key(space, ident)])
