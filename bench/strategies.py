@@ -14,17 +14,17 @@ does not exist, or with --no-docs).
 ``python -m bench.run`` (``make bench``) runs it after the main suite, on the same database (``--no-strategies``
 skips it).
 
-The pgbench scripts mirror ``inventory.services.stock_reserve`` (read its docstring) after the statements of
-``orders.services.order_open`` (the quote read, then one INSERT statement for the order, its lines, its
-reservations, its reserve ledger rows and the payment attempt), as the benchmark's settings make the service send
-them: no pending-order cap (devtools.processes sets MAX_PENDING_ORDERS_PER_CUSTOMER=0, so no customer checkout lock and
-no pending count), no ``max_per_customer`` on the benchmark products, no checkout rate limit, no Idempotency-Key;
-the token lookup is left out, as in bench.drivers' limits:
+The pgbench scripts are built from the service's own statement texts (``payments.checkout.QUOTES_SQL`` and
+``ORDER_SQL``, ``inventory.services.RESERVE_SQL``; see ``pgbench_sql``), in the order ``stock_reserve`` sends them
+for each strategy, with the values the benchmark's settings give: no pending-order cap (devtools.processes sets
+MAX_PENDING_ORDERS_PER_CUSTOMER=0, so no pending count), no ``max_per_customer`` on the benchmark products, no
+checkout rate limit, no Idempotency-Key; the customer's checkout lock is taken on a key drawn per transaction (one
+bench customer places every order); the token lookup is left out, as in bench.drivers' limits:
 
 * every strategy's last step is the guarded UPDATE, written as ``WITH u AS (UPDATE … RETURNING 1) SELECT count(*)``
   so that the script knows whether it changed the row (the service's ``rowcount``); 0 rows rolls back (409);
 * ``row_lock``: ``SELECT … FOR NO KEY UPDATE`` of the row first; ``advisory``: ``pg_advisory_xact_lock(key)`` with
-  the service's key (namespace 1 << 47 | product id); ``optimistic``: ``AND version = :seen`` (the version of the
+  the service's key (``skincare.locks.advisory_key``); ``optimistic``: ``AND version = :seen`` (the version of the
   quote read), a lost check rolls back, sleeps the service's jittered backoff and runs the transaction again from
   the start, up to INVENTORY_OPTIMISTIC_ATTEMPTS (5) tries (unrolled with ``\\if``);
 * ``row_lock_nowait``: pgbench aborts a client on any error but a serialization failure or a deadlock, so the
@@ -49,8 +49,10 @@ anyway); the refusals (409 stock_conflict) are the rest.
 """
 
 import argparse
+import functools
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -62,7 +64,7 @@ from bench.report import machine_info, server_settings
 from bench.sampling import wait_for_quiet
 from bench.seeding import HOT, SOLD_OUT, SPREAD_COUNT, SPREAD_FIRST, seed
 from bench.tools import ensure_tools
-from devtools.processes import RESULTS, ROOT, Gunicorn, log
+from devtools.processes import RESULTS, ROOT, Gunicorn, log, setup_django_quietly
 from devtools.processes import server_url as db_url
 
 STRATEGIES = ["guarded_update", "row_lock", "row_lock_nowait", "optimistic", "advisory", "serializable"]
@@ -75,7 +77,6 @@ MARK_START, MARK_END = "<!-- strategies:begin -->", "<!-- strategies:end -->"
 OPTIMISTIC_ATTEMPTS = 5  # INVENTORY_OPTIMISTIC_ATTEMPTS
 SERIALIZABLE_TRIES = 4  # DB_TRANSIENT_RETRIES (3) + 1
 TTL_SECONDS = 1800  # RESERVATION_TTL_SECONDS
-ADVISORY_BASE = 1 << 47  # skincare.db.advisory_key("inventory_product", id)
 
 SEQUENCES = ("bench_sql_lock_busy", "bench_sql_version_lost", "bench_sql_gave_up")
 SQL_SETUP = """
@@ -111,69 +112,82 @@ def _products(scenario: str) -> tuple[list[str], list[str]]:
     return [f"\\set p1 {SOLD_OUT if scenario == 'soldout' else HOT}"], ["p1"]
 
 
+@functools.cache
+def service_sql() -> dict[str, Any]:
+    """The service's own statement texts and constants (importing them needs Django's apps loaded)."""
+    os.environ.setdefault("DJANGO_DEV_INSECURE_SECRET_KEY", "true")  # reading constants: no secret is used
+    setup_django_quietly()
+    from inventory.services import RESERVE_AT_VERSION_SQL, RESERVE_SQL
+    from payments.checkout import ORDER_SQL, ORDER_SQL_CONSTANTS, QUOTES_SQL
+    from skincare.locks import advisory_key
+
+    return {
+        "QUOTES_SQL": QUOTES_SQL,
+        "ORDER_SQL": ORDER_SQL,
+        "ORDER_SQL_CONSTANTS": ORDER_SQL_CONSTANTS,
+        "RESERVE_SQL": RESERVE_SQL,
+        "RESERVE_AT_VERSION_SQL": RESERVE_AT_VERSION_SQL,
+        "PRODUCT_KEY_BASE": advisory_key("inventory_product", 1) - 1,  # + product id
+        "CUSTOMER_KEY_BASE": advisory_key("customer_checkout", 1) - 1,  # + customer id
+    }
+
+
+def pgbench_sql(sql: str, **values: str) -> str:
+    """One of the service's statements as pgbench runs it: each ``%(name)s`` parameter replaced by the pgbench
+    expression given for it (a missing one is an error, so the script cannot drift from the service's text)."""
+    return re.sub(r"%\((\w+)\)s", lambda m: values[m.group(1)], sql).strip()
+
+
+def _array(items: list[str]) -> str:
+    return f"ARRAY[{', '.join(items)}]"  # the statements cast their array parameters themselves
+
+
 def _quote_read(pids: list[str]) -> str:
-    """inventory.selectors.product_quotes (price, visible stock, strategy, version), folded into one row for \\gset."""
-    ids = ", ".join(f":{p}" for p in pids)
+    """payments.checkout.QUOTES_SQL, folded into one row for \\gset. Every order is placed by one bench customer;
+    its checkout-lock key is drawn per transaction (``:lockkey``), as for distinct customers."""
     cols = ", ".join(
         f"max(q.price) FILTER (WHERE q.id = :{p}) AS price{i}, max(q.version) FILTER (WHERE q.id = :{p}) AS seen{i}"
         for i, p in enumerate(pids, 1)
     )
+    quotes = pgbench_sql(
+        service_sql()["QUOTES_SQL"], customer_lock=":lockkey", product_ids=_array([f":{p}" for p in pids])
+    )
     return f"""SELECT min(q.available) AS avail, sum(q.price) AS total, {cols}
-FROM (SELECT p.id, p.price, COALESCE(i.available_stock, 0) AS available, p.inventory_strategy,
-             COALESCE(i.version, 0) AS version, p.max_per_customer
-      FROM products p LEFT JOIN inventories i ON i.product_id = p.id
-      WHERE p.id = ANY(ARRAY[{ids}]::bigint[]) AND p.is_active) AS q \\gset"""
+FROM ({quotes}) AS q(id, price, available, strategy, version, max_per_customer, customer_locked) \\gset"""
 
 
 def _order_insert(pids: list[str]) -> str:
-    """orders.services.order_open's one statement, with the reserve ledger and payment attempt CTEs of checkout."""
-    ids = ", ".join(f":{p}" for p in pids)
-    prices = ", ".join(f":price{i}" for i in range(1, len(pids) + 1))
-    qtys = ", ".join("1" for _ in pids)
-    return f"""WITH new_order AS (
-    INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at)
-    VALUES (:cust, 'pending_payment', now() + make_interval(secs => {TTL_SECONDS}), :total,
-            statement_timestamp(), statement_timestamp())
-    RETURNING id, total, created_at, payment_expires_at
-), line_rows AS (
-    SELECT * FROM unnest(ARRAY[{ids}]::bigint[], ARRAY[{qtys}]::integer[], ARRAY[{prices}]::numeric[])
-        AS line(product_id, qty, unit_price)
-), new_lines AS (
-    INSERT INTO order_lines (order_id, product_id, qty, unit_price)
-    SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line_rows AS line
-), reserve_source AS (
-    SELECT new_order.id AS order_id, line.product_id, line.qty, new_order.created_at AS at
-    FROM new_order, line_rows AS line
-), new_reservations AS (
-    INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at)
-    SELECT new_order.id, line.product_id, line.qty, 'active', new_order.payment_expires_at,
-           new_order.created_at, new_order.created_at
-    FROM new_order, line_rows AS line
-), reserve_ledger AS (
-    INSERT INTO stock_movements (product_id, available_delta, reserved_delta, reason, order_id, note, created_at)
-    SELECT src.product_id, -src.qty, src.qty, 'reserve', src.order_id, '', src.at FROM reserve_source AS src
-), new_payment_attempt AS (
-    INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at)
-    SELECT new_order.id, 'pending', new_order.total, '', new_order.created_at, new_order.created_at FROM new_order
-)
-SELECT id FROM new_order;"""
+    """payments.checkout.ORDER_SQL: the order, its lines, reservations, reserve ledger rows and payment attempt."""
+    constants = {name: f"'{value}'" for name, value in service_sql()["ORDER_SQL_CONSTANTS"].items()}
+    return (
+        pgbench_sql(
+            service_sql()["ORDER_SQL"],
+            **constants,
+            customer_id=":cust",
+            ttl_seconds=str(TTL_SECONDS),
+            total=":total",
+            product_ids=_array([f":{p}" for p in pids]),
+            qtys=_array(["1" for _ in pids]),
+            prices=_array([f":price{i}" for i in range(1, len(pids) + 1)]),
+            limited_ids="ARRAY[]::bigint[]",
+            max_pending="0",
+        )
+        + ";"
+    )
 
 
-_SET = (
-    "available_stock = available_stock - 1, reserved_stock = reserved_stock + 1, version = version + 1, "
-    "updated_at = statement_timestamp()"
-)
+def _reserve_sql(pid: str, *, seen: str | None = None) -> str:
+    """inventory.services.RESERVE_SQL (RESERVE_AT_VERSION_SQL with ``seen``) for one unit of ``:pid``."""
+    if seen:
+        return pgbench_sql(service_sql()["RESERVE_AT_VERSION_SQL"], qty="1", product_id=f":{pid}", version=f":{seen}")
+    return pgbench_sql(service_sql()["RESERVE_SQL"], qty="1", product_id=f":{pid}")
 
 
 def _guarded_update(pid: str, *, seen: str | None = None, lost_sequence: str | None = None) -> str:
     """The guarded UPDATE every strategy ends with; \\gset ``won`` (rows changed). With ``lost_sequence``, a
     lost update also counts itself there (``nextval`` only when no row changed: CASE evaluates lazily)."""
-    version = f" AND version = :{seen}" if seen else ""
     lost = f", CASE WHEN count(*) = 0 THEN nextval('{lost_sequence}') ELSE 0 END AS lost" if lost_sequence else ""
-    return (
-        f"WITH u AS (UPDATE inventories SET {_SET} WHERE product_id = :{pid} AND available_stock >= 1{version} "
-        f"RETURNING 1) SELECT count(*) AS won{lost} FROM u \\gset"
-    )
+    return f"WITH u AS ({_reserve_sql(pid, seen=seen)} RETURNING 1) SELECT count(*) AS won{lost} FROM u \\gset"
 
 
 def _lock_rows(pids: list[str], *, nowait: bool) -> str:
@@ -191,7 +205,7 @@ def _lock_rows(pids: list[str], *, nowait: bool) -> str:
 def _reserve(strategy: str, pids: list[str], attempt: int = 1) -> list[str]:
     """The statements after the order's INSERT up to COMMIT/ROLLBACK, for ``strategy`` (stock_reserve)."""
     if strategy == "advisory":
-        keys = [f"\\set key{i} {ADVISORY_BASE} + :{p}" for i, p in enumerate(pids, 1)]
+        keys = [f"\\set key{i} {service_sql()['PRODUCT_KEY_BASE']} + :{p}" for i, p in enumerate(pids, 1)]
         locks = [f"SELECT pg_advisory_xact_lock(:key{i});" for i in range(1, len(pids) + 1)]
         head = keys + locks
     else:
@@ -199,7 +213,7 @@ def _reserve(strategy: str, pids: list[str], attempt: int = 1) -> list[str]:
     if len(pids) > 1 or strategy in ("row_lock", "row_lock_nowait"):
         # the cart rule (every strategy), or a single row_lock/row_lock_nowait product: lock, check, update
         nowait = strategy == "row_lock_nowait"
-        updates = [f"UPDATE inventories SET {_SET} WHERE product_id = :{p} AND available_stock >= 1;" for p in pids]
+        updates = [_reserve_sql(p) + ";" for p in pids]
         return [*head, _lock_rows(pids, nowait=nowait), "\\if :short = 0", *updates, "COMMIT;", "\\else",
                 "ROLLBACK;", "\\endif"]  # fmt: skip
     (pid,) = pids
@@ -236,7 +250,8 @@ def pgbench_script(strategy: str, scenario: str, customer_id: int) -> str:
         # the first transaction (READ COMMITTED) reads the quotes, finds a serializable product and rolls back
         # before writing anything; a product seen short is refused there, at READ COMMITTED
         body = ["BEGIN;", _quote_read(pids), "\\if :avail >= 1", "ROLLBACK;", *body, "\\else", "ROLLBACK;", "\\endif"]
-    return "\n".join([*choose, f"\\set cust {customer_id}", *body]) + "\n"
+    lockkey = f"\\set lockkey {service_sql()['CUSTOMER_KEY_BASE']} + random(1, 1000000000)"
+    return "\n".join([*choose, f"\\set cust {customer_id}", lockkey, *body]) + "\n"
 
 
 def pgbench_args(strategy: str) -> list[str]:

@@ -67,7 +67,7 @@ MUTATIONS = [
     Mutation(
         "no-retry-checkout",
         "retry_transient removed from checkout",
-        "payments/services.py",
+        "payments/checkout.py",
         "@retry_transient\n@transaction.atomic\ndef checkout(",
         "@transaction.atomic\ndef checkout(",
         (
@@ -146,8 +146,8 @@ MUTATIONS = [
         "no-guarded-reserve",
         "the stock reservation's guard (available_stock >= qty) dropped",
         "inventory/services.py",
-        "Inventory.objects.filter(product_id=product_id, available_stock__gte=qty),",
-        "Inventory.objects.filter(product_id=product_id),",
+        " WHERE product_id = %(product_id)s\n   AND available_stock >= %(qty)s\n",
+        " WHERE product_id = %(product_id)s\n",
         (
             "payments/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
         ),
@@ -161,14 +161,6 @@ MUTATIONS = [
         ("inventory/tests/test_soldout_memory.py::test_the_window_is_never_longer_than_250_ms",),
     ),
     Mutation(
-        "compiled-update-trusts-values",
-        "a statement whose SQL depends on the slot values is compiled once anyway",
-        "skincare/db.py",
-        "        if first[0] != second[0] or [n for n, _ in first[1]] != [n for n, _ in second[1]] or not same_constants:",
-        "        if False:",
-        ("skincare/tests/test_compiled_update.py::test_a_statement_that_depends_on_the_slot_values_is_refused",),
-    ),
-    Mutation(
         "nowait-waits",
         "row_lock_nowait products wait for the row instead of answering lock_busy",
         "inventory/services.py",
@@ -179,7 +171,7 @@ MUTATIONS = [
     Mutation(
         "serializable-not-escalated",
         "a serializable product's checkout runs at READ COMMITTED",
-        "orders/services.py",
+        "payments/checkout.py",
         "        raise IsolationRequired(SERIALIZABLE)",
         "        pass",
         ("inventory/tests/test_strategies.py::test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock",),
@@ -188,10 +180,29 @@ MUTATIONS = [
         "optimistic-no-version",
         "the optimistic update forgets to compare the version it read",
         "inventory/services.py",
-        "version = quotes[pid].version if quotes and strategy[pid] == S.OPTIMISTIC else None",
-        "version = None",
+        "    optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None\n",
+        "    optimistic = False\n",
         (
             "inventory/tests/test_strategies.py::test_optimistic_gives_up_after_its_bound_when_the_version_keeps_changing",
+        ),
+    ),
+    Mutation(
+        "refusals-unbounded",
+        "refusals stored under fresh Idempotency-Keys are never trimmed",
+        "payments/checkout.py",
+        "     ORDER BY id DESC OFFSET %(keep)s)",
+        "     ORDER BY id DESC OFFSET %(keep)s LIMIT 0)",
+        ("payments/tests/test_idempotency.py::test_stored_refusals_are_bounded_per_customer",),
+    ),
+    Mutation(
+        "no-customer-lock",
+        "checkout no longer takes the customer's checkout lock (limits counted before the previous order committed)",
+        "payments/checkout.py",
+        "(SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked",
+        "1 AS customer_locked",
+        (
+            "orders/tests/test_limits.py::test_thirty_concurrent_checkouts_by_one_customer_never_pass_the_limit",
+            "orders/tests/test_limits.py::test_pending_cap_holds_under_concurrency",
         ),
     ),
     Mutation(

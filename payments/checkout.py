@@ -55,7 +55,8 @@ WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 
 # One statement writes the order, its lines, its reservations, their reserve ledger rows and the payment attempt
 # (one round trip instead of five), and reads what the per-customer checks need: the customer's open unpaid orders
-# and their units of the limited products in open and paid orders. Those reads see the snapshot from the start of
+# (when MAX_PENDING_ORDERS_PER_CUSTOMER is on) and their units of the limited products in open and paid orders (when
+# the cart has any): a count that is off is not read at all. Those reads see the snapshot from the start of
 # this statement: every order the customer's earlier checkouts committed, none of the rows written here.
 # ``now()`` is the transaction's start: the order's deadline and every reservation's expiry are that one instant
 # by the database's clock. An order whose window closed is not open any more, even before the sweeper cancels it.
@@ -87,7 +88,8 @@ WITH new_order AS (
 )
 SELECT new_order.id, new_order.payment_expires_at,
        (SELECT count(*) FROM orders o
-         WHERE o.customer_id = %(customer_id)s AND o.status = %(pending_payment)s AND o.payment_expires_at > now()
+         WHERE %(max_pending)s > 0
+           AND o.customer_id = %(customer_id)s AND o.status = %(pending_payment)s AND o.payment_expires_at > now()
        ) AS open_orders,
        (SELECT jsonb_object_agg(held.product_id, held.units) FROM (
             SELECT ol.product_id, sum(ol.qty) AS units
@@ -196,6 +198,7 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
                 "qtys": [quantities[pid] for pid in product_ids],
                 "prices": [quotes[pid].price for pid in product_ids],
                 "limited_ids": sorted(limits),
+                "max_pending": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
             },
         )
         order_id, deadline, open_orders, held = cursor.fetchone()
@@ -207,7 +210,7 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
         if over:
             raise PurchaseLimitExceeded(product_ids=over)
     cap = settings.MAX_PENDING_ORDERS_PER_CUSTOMER
-    if cap and open_orders >= cap:
+    if cap > 0 and open_orders >= cap:
         raise TooManyPendingOrders(max_pending_orders=cap)
 
     order = OrderView(
