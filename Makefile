@@ -18,7 +18,7 @@ DEMO_ENV := DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-demo-only-insecure-secret-ke
 	PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG=$${PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG:-true} \
 	PAYMENT_WEBHOOK_SECRET=$${PAYMENT_WEBHOOK_SECRET:-demo-webhook-secret-not-for-production}
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout mutate clean browser-deps pgbouncer-deps
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT)"
@@ -27,6 +27,7 @@ help:
 	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
 	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
+	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
 	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -112,6 +113,25 @@ mutate: db
 # PostgreSQL → PgBouncer (transaction mode) → 2 gunicorn instances + 2 sweepers, flash sale + mixed load across both.
 scaleout: db pgbouncer-deps
 	$(PY) -m devtools.scaleout
+
+# Patroni + etcd for `make failover` (Debian's patroni 3.0 and etcd-server 3.4), installed here as root like pgbouncer;
+# etcd and Patroni run as the OS user `postgres` (created if missing). Fails loudly when they cannot be had.
+failover-deps:
+	@if ! command -v patroni >/dev/null 2>&1 || ! command -v etcd >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing patroni + etcd-server for make failover"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patroni etcd-server >/dev/null; \
+		fi; \
+	fi
+	@command -v patroni >/dev/null 2>&1 && command -v etcd >/dev/null 2>&1 || { \
+		echo "make failover needs patroni and etcd (as root: apt-get install patroni etcd-server)"; exit 1; }
+	@if [ "$$(id -u)" = "0" ] && ! id postgres >/dev/null 2>&1; then useradd --system --no-create-home --shell /usr/sbin/nologin postgres; fi
+
+# etcd + 2 Patroni nodes (synchronous) + 2 gunicorns + 2 sweepers; the leader's host is killed under load; then the
+# control (asynchronous replication, promoted by hand). About 2.5 minutes; not part of `make test`.
+failover: setup failover-deps
+	$(PY) -m devtools.failover
+	$(PY) -m devtools.failover --control
 
 # Connection handling matrix: persistent connections vs Django's psycopg pool, with and without PgBouncer.
 bench-conn: db pgbouncer-deps
