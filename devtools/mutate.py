@@ -206,6 +206,22 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "rate-window-never-resets",
+        "the checkout rate-limit counter keeps counting across windows (a limited customer stays locked out)",
+        "skincare/services.py",
+        "THEN rate_limit_counters.hits + 1 ELSE 1 END",
+        "THEN rate_limit_counters.hits + 1 ELSE rate_limit_counters.hits + 1 END",
+        ("skincare/tests/test_abuse.py::test_a_rate_limited_customer_can_check_out_again_once_the_window_has_passed",),
+    ),
+    Mutation(
+        "sweeper-early",
+        "the sweeper claims orders up to a minute before their payment window closes",
+        "orders/locks.py",
+        "AND payment_expires_at <= now()",
+        "AND payment_expires_at <= now() + interval '1 minute'",
+        ("orders/tests/test_sweeper.py::test_a_sweep_expires_what_is_due_and_nothing_due_later",),
+    ),
+    Mutation(
         "upward-import",
         "inventory imports orders (the dependency guard must notice)",
         "inventory/selectors.py",
