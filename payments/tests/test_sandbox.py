@@ -10,7 +10,7 @@ import threading
 import pytest
 import requests
 from django.core import signing as django_signing
-from django.test import Client
+from django.test import Client, RequestFactory
 
 from devtools.testing import assert_invariants
 from orders.models import Order
@@ -432,3 +432,22 @@ def test_the_signed_link_never_reaches_the_access_log(order, sandbox_on, deliver
     assert token not in repr(atoms)
     assert atoms["r"] == "POST /v1/payments/sandbox/<redacted> HTTP/1.1"
     assert atoms["f"] == "http://shop.example/v1/payments/sandbox/<redacted>"
+
+
+def test_log_records_that_print_the_path_are_redacted() -> None:
+    """Django's own loggers print ``request.path`` (a CSRF refusal, a 500): the console handler's filter redacts."""
+    from skincare.logs import RedactSecretPathsFilter
+
+    record = logging.LogRecord(
+        "django.security.csrf",
+        logging.WARNING,
+        __file__,
+        1,
+        "Forbidden (%s): %s",
+        ("CSRF token missing.", "/v1/payments/sandbox/abc:def"),
+        None,
+    )
+    record.request = RequestFactory().post("/v1/payments/sandbox/abc:def")  # an extra field Django adds
+    assert RedactSecretPathsFilter().filter(record)
+    assert record.getMessage() == "Forbidden (CSRF token missing.): /v1/payments/sandbox/<redacted>"
+    assert record.request == "<WSGIRequest: POST '/v1/payments/sandbox/<redacted>'>"
