@@ -14,7 +14,7 @@ from django.test import Client, RequestFactory
 
 from devtools.testing import assert_invariants
 from orders.models import Order
-from payments import sandbox
+from payments import sandbox, services
 from payments.models import PaymentAttempt, ProcessedEvent
 from payments.testing import place_order
 
@@ -328,7 +328,7 @@ def test_a_cancelled_or_expired_order_is_not_paid_from_the_sandbox(
 
     order_services.order_cancel(customer=customer, order_id=order.pk)
     cancelled = Client().post(sandbox_path(order), {"action": "pay"})
-    overdue = services.checkout(customer=customer, items=[(make_product(stock=1).pk, 1)])
+    overdue = place_order(customer=customer, items=[(make_product(stock=1).pk, 1)])
     make_overdue(overdue)  # still pending_payment (no sweep yet), but its window closed by the database clock
     late = Client().post(sandbox_path(overdue), {"action": "pay"})
 
