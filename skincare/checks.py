@@ -38,6 +38,27 @@ def rate_limit_setting(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
     return []
 
 
+@checks.register()
+def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """TRUSTED_PROXIES must be CIDRs; in production /metrics answers only with METRICS_TOKEN, so say when it is unset."""
+    from skincare.clientaddr import parse_networks
+
+    problems: list[checks.CheckMessage] = []
+    try:
+        parse_networks(settings.TRUSTED_PROXIES)
+    except ValueError as exc:
+        problems.append(checks.Error(f"TRUSTED_PROXIES: {exc}", id="skincare.E010"))
+    if settings.PRODUCTION and not settings.METRICS_TOKEN:
+        problems.append(
+            checks.Info(  # not a warning: a deployment may well not scrape the web process
+                "METRICS_TOKEN is not set: in production GET /metrics answers 403 to everyone",
+                hint="Set METRICS_TOKEN and scrape with `Authorization: Bearer <token>` (docs/operations.md).",
+                id="skincare.I010",
+            )
+        )
+    return problems
+
+
 def run_startup_checks() -> None:
     """Refuse to start a server with a configuration error (gunicorn itself runs no system checks)."""
     errors = [

@@ -22,6 +22,10 @@ keepalive = 5
 # gunicorn's own access log (off by default: the app writes one JSON line per request, see ACCESS_LOG).
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
 errorlog = "-"
+
+
+# Its access log redacts secret path segments (a signed sandbox link): skincare.logs.RedactingGunicornLogger.
+logger_class = "skincare.logs.RedactingGunicornLogger"
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
 
 # Prometheus multiprocess mode: every worker writes its metric values to mmap'ed files in one directory and

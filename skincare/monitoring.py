@@ -11,18 +11,22 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from skincare import metrics
-
-LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
+from skincare.clientaddr import client_address
 
 
 def metrics_allowed(request: HttpRequest) -> bool:
-    """With METRICS_TOKEN set: ``Authorization: Bearer <METRICS_TOKEN>`` from anywhere. Without: loopback only."""
+    """With METRICS_TOKEN set: ``Authorization: Bearer <METRICS_TOKEN>`` from anywhere. Without: loopback clients
+    only (the client address behind TRUSTED_PROXIES, so a reverse proxy on the same host does not make everyone
+    loopback), and never in production, where a proxy that is not declared would still do exactly that."""
     token = settings.METRICS_TOKEN
     if token:
         header = request.headers.get("Authorization", "")
         scheme, _, given = header.partition(" ")
         return scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
-    return request.META.get("REMOTE_ADDR") in LOOPBACK
+    if settings.PRODUCTION:
+        return False
+    address = client_address(request)
+    return address is not None and address.is_loopback
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:

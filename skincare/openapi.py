@@ -4,11 +4,15 @@ The views validate by hand (``skincare.validation``), so their request and respo
 ``extend_schema`` and these plain serializers; they are never used to parse anything.
 """
 
-from typing import Any
+import threading
+from typing import Any, ClassVar
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularJSONAPIView
 from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -63,3 +67,29 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer"}
+
+
+class SchemaView(SpectacularJSONAPIView):
+    """``GET /v1/schema``, generated once per process: drf-spectacular's view walks every route and serializer on
+    each request (~14 ms of CPU, an easy way to burn workers anonymously); the routes cannot change while the
+    process lives, so the first request's document is kept and served to everyone after it. There is one
+    document: the ``?version=`` and ``?lang=`` parameters the base view honours are ignored (the API has one
+    version and English only), so no request can grow the cache."""
+
+    _schema: ClassVar[dict[str, Any] | None] = None
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @extend_schema(exclude=True)  # as the base view's get (SERVE_INCLUDE_SCHEMA is off)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        with SchemaView._lock:  # the first requests of a process wait for one generation rather than each run one
+            if SchemaView._schema is None:
+                generator = self.generator_class(urlconf=self.urlconf, api_version=self.api_version)
+                SchemaView._schema = generator.get_schema(request=request, public=self.serve_public)
+        filename = self._get_filename(request, self.api_version)
+        return Response(data=SchemaView._schema, headers={"Content-Disposition": f'inline; filename="{filename}"'})
+
+    @classmethod
+    def forget(cls) -> None:
+        """Tests only: drop the kept document."""
+        with cls._lock:
+            cls._schema = None

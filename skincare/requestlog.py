@@ -8,7 +8,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from skincare.logs import REQUEST_ID_HEADER, is_sane_request_id, request_id_var
+from skincare.logs import REQUEST_ID_HEADER, is_sane_request_id, redact_secret_paths, request_id_var
 
 access_logger = logging.getLogger("skincare.access")
 
@@ -47,14 +47,15 @@ class RequestLogMiddleware:
             response = self.get_response(request)
             response[REQUEST_ID_HEADER] = request_id
             if settings.ACCESS_LOG:
+                path = redact_secret_paths(request.path)  # a signed sandbox link is a secret
                 access_logger.info(
                     "%s %s %s",
                     request.method,
-                    request.path,
+                    path,
                     response.status_code,
                     extra={
                         "method": request.method,
-                        "path": request.path,
+                        "path": path,
                         "status": response.status_code,
                         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
                         **_ids(request, response),

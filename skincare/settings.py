@@ -249,12 +249,18 @@ API_TOKEN_TTL_SECONDS = env.int("API_TOKEN_TTL_SECONDS", default=None)
 API_TOKEN_CACHE_SECONDS = env.float("API_TOKEN_CACHE_SECONDS", default=10.0)
 
 # Observability
-# GET /metrics answers loopback clients only, unless METRICS_TOKEN is set: then `Authorization: Bearer <token>`.
+# GET /metrics answers loopback clients only (never in production), unless METRICS_TOKEN is set: then
+# `Authorization: Bearer <token>` from anywhere. With DJANGO_ENV=production it needs the token.
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
 # One JSON line per request (logger skincare.access); off when a proxy or gunicorn's access log already has it.
 ACCESS_LOG = env.bool("ACCESS_LOG", default=True)
 LOG_FORMAT = env("LOG_FORMAT", default="json")
 LOGGING = logs.logging_config(log_format=LOG_FORMAT, level=env("LOG_LEVEL", default="INFO"))
+
+# Reverse proxies (comma-separated CIDRs, e.g. "127.0.0.1/32,10.0.0.0/8"; default none) whose X-Forwarded-For is
+# believed: behind them the client address (admin login throttle, /metrics' loopback rule) is the right-most
+# X-Forwarded-For entry that is not itself a trusted proxy. Without them the header is ignored.
+TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
 
 # Admin login throttling: this many failed logins from one address or for one username within the window → 429.
 ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)

@@ -1,16 +1,13 @@
 """Record failed admin logins (for the throttle) and forget them after a successful one."""
 
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
 
-from skincare.login_throttle import client_ip
+from skincare.login_throttle import client_ip, login_username, window_start
 from skincare.models import AdminLoginFailure
 
 
@@ -25,10 +22,10 @@ def record_admin_login_failure(
     if not _is_admin_login(request):
         return
     assert request is not None
-    AdminLoginFailure.objects.create(client_ip=client_ip(request), username=str(credentials.get("username", ""))[:150])
+    username = login_username(credentials.get("username", ""))  # already the form's cleaned value; the same rule
+    AdminLoginFailure.objects.create(client_ip=client_ip(request), username=username)
     # Keep the table small: rows older than the window no longer count.
-    old = timezone.now() - timedelta(seconds=settings.ADMIN_LOGIN_WINDOW_SECONDS)
-    AdminLoginFailure.objects.filter(failed_at__lt=old).delete()
+    AdminLoginFailure.objects.filter(failed_at__lt=window_start()).delete()
 
 
 @receiver(user_logged_in)

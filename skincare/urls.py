@@ -2,9 +2,10 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 
 from skincare import health, monitoring
+from skincare.openapi import SchemaView
 
 handler400 = "skincare.api.bad_request"
 handler403 = "skincare.api.permission_denied"
@@ -15,7 +16,7 @@ urlpatterns = [
     path("v1/", include("inventory.urls")),
     path("v1/", include("orders.urls")),
     path("v1/", include("payments.urls")),
-    path("v1/schema", SpectacularJSONAPIView.as_view(), name="schema"),
+    path("v1/schema", SchemaView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

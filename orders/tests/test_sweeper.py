@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, transaction
 
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockMovement
@@ -212,6 +212,33 @@ def test_report_counts_batches_and_exit_codes(make_product, customer, settings):
     ]:
         with pytest.raises(CommandError, match=message):
             call_command("expire_reservations", *args)
+    assert_invariants()
+
+
+def test_a_sweep_expires_what_is_due_and_nothing_due_later(make_product, customer):
+    """The claim compares the payment deadline with the database's now(): an order due in 30 s is left alone, one
+    that fell due a second ago is cancelled (a sweeper running early would take payments away from customers)."""
+    product = make_product(stock=10)
+    soon = place_order(customer=customer, items=[(product.pk, 2)])
+    due = place_order(customer=customer, items=[(product.pk, 3)])
+    with transaction.atomic(), connection.cursor() as cursor:  # one now() for an order and its reservations
+        for order, shift in ((soon, "30 seconds"), (due, "-1 second")):
+            cursor.execute(
+                "UPDATE orders SET payment_expires_at = now() + %s::interval WHERE id = %s", [shift, order.pk]
+            )
+            cursor.execute(
+                "UPDATE inventory_reservations SET expires_at = now() + %s::interval WHERE order_id = %s",
+                [shift, order.pk],
+            )
+
+    out = io.StringIO()
+    call_command("expire_reservations", stdout=out)
+
+    (sweep,) = report(out.getvalue())
+    assert (sweep["due"], sweep["orders"], sweep["units"]) == (1, 1, 3)
+    assert Order.objects.get(pk=soon.pk).status == "pending_payment"
+    assert Order.objects.get(pk=due.pk).status == "cancelled"
+    assert Inventory.objects.get(product=product).reserved_stock == 2
     assert_invariants()
 
 

@@ -305,3 +305,29 @@ def test_stored_refusals_are_bounded_per_customer(api, make_product, make_custom
     assert post(api, {"items": [{"product_id": sold_out.pk, "qty": 1}]}, key="bot-5")["Idempotent-Replayed"] == "true"
     again = post(api, {"items": [{"product_id": sold_out.pk, "qty": 1}]}, key="bot-0")
     assert again.status_code == 409 and "Idempotent-Replayed" not in again
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_busy_answer_is_not_stored_and_the_retry_with_the_same_key_succeeds(make_product, api):
+    """``409 lock_busy`` (row_lock_nowait) carries Retry-After: a client honouring it retries with the same key and
+    must get a checkout, not the refusal replayed until the key expires."""
+    from inventory.models import InventoryStrategy
+    from inventory.tests.test_strategies import hold_inventory_row
+
+    product = make_product(stock=5, strategy=InventoryStrategy.ROW_LOCK_NOWAIT)
+    body = {"items": [{"product_id": product.pk, "qty": 1}]}
+    holder, release = hold_inventory_row(product)
+    try:
+        busy = post(api, body, key="retry-after-busy")
+    finally:
+        release.set()
+    assert holder.join().error is None
+
+    assert busy.status_code == 409
+    assert busy.json()["code"] == "lock_busy"
+    retried = post(api, body, key="retry-after-busy")
+    assert retried.status_code == 201, retried.json()
+    assert "Idempotent-Replayed" not in retried
+    assert Order.objects.count() == 1
+    assert post(api, body, key="retry-after-busy")["Idempotent-Replayed"] == "true"  # the success is what is kept
+    assert_invariants()

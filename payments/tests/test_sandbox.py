@@ -1,5 +1,6 @@
 """The development payment sandbox: off by default; when on, its buttons send a real signed webhook to this
-service from a background thread, exactly like a gateway calling back."""
+service from one delivery thread per process, exactly like a gateway calling back; each button acts once, and only
+on a pending order."""
 
 import contextlib
 import logging
@@ -9,11 +10,11 @@ import threading
 import pytest
 import requests
 from django.core import signing as django_signing
-from django.test import Client
+from django.test import Client, RequestFactory
 
 from devtools.testing import assert_invariants
 from orders.models import Order
-from payments import sandbox
+from payments import sandbox, services
 from payments.models import PaymentAttempt, ProcessedEvent
 from payments.testing import place_order
 
@@ -195,7 +196,9 @@ def test_sandbox_without_a_webhook_secret_says_so_and_sends_nothing(client, sett
 def deliveries(monkeypatch):
     """Record the sandbox's webhook deliveries instead of sending them."""
     sent = []
-    monkeypatch.setattr(sandbox, "_deliver", lambda url, body, signature: sent.append((url, body, signature)))
+    monkeypatch.setattr(
+        sandbox, "_dispatch", lambda url, body, signature, event_id: sent.append((url, body, signature))
+    )
     return sent
 
 
@@ -291,3 +294,160 @@ def test_sandbox_refuses_to_start_without_debug_unless_opted_in(settings):
     assert checks.sandbox_only_in_development() == []
     settings.PAYMENT_SANDBOX, settings.DEBUG = False, False
     assert checks.sandbox_only_in_development() == []
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Once, only on a pending order, no thread per press, the link kept out of the logs (docs/reliability.md)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_press_shows_the_outcome_and_sends_nothing(order, live_sandbox):
+    url = live_sandbox.url + sandbox_path(order)
+    browser = requests.Session()
+    with watch_delivery() as watcher:
+        assert csrf_post(browser, url, {"action": "pay"}).status_code == 302
+        assert watcher.done.wait(timeout=30), "the sandbox never finished delivering its webhook"
+
+        again = csrf_post(browser, url, {"action": "pay"})
+
+    assert again.status_code == 409
+    assert "Nothing sent: this order is already paid." in again.text
+    assert "<strong>paid</strong>" in again.text
+    assert len(watcher.messages) == 1
+    assert list(ProcessedEvent.objects.values_list("event_id", "outcome")) == [(f"sandbox-{order.pk}-pay", "paid")]
+    assert list(PaymentAttempt.objects.filter(order=order).values_list("status", flat=True)) == ["succeeded"]
+    assert_invariants()
+
+
+@pytest.mark.django_db
+def test_a_cancelled_or_expired_order_is_not_paid_from_the_sandbox(
+    order, sandbox_on, deliveries, make_product, customer
+):
+    from devtools.testing import make_overdue
+    from orders import services as order_services
+
+    order_services.order_cancel(customer=customer, order_id=order.pk)
+    cancelled = Client().post(sandbox_path(order), {"action": "pay"})
+    overdue = place_order(customer=customer, items=[(make_product(stock=1).pk, 1)])
+    make_overdue(overdue)  # still pending_payment (no sweep yet), but its window closed by the database clock
+    late = Client().post(sandbox_path(overdue), {"action": "pay"})
+
+    assert cancelled.status_code == 409
+    assert "Nothing sent: this order is already cancelled." in cancelled.content.decode()
+    assert late.status_code == 409
+    assert "payment window of this order has closed" in late.content.decode()
+    assert deliveries == []
+    assert not PaymentAttempt.objects.filter(status="refund_required").exists()
+
+
+@pytest.mark.django_db
+def test_control_the_event_a_press_sent_before_the_fix_makes_a_refund_required(order, customer):
+    """What the sandbox used to send for a cancelled order: a payment the shop must refund by hand."""
+    from orders import services as order_services
+
+    order_services.order_cancel(customer=customer, order_id=order.pk)
+    outcome = services.payment_event_apply(
+        event_id="sandbox-old", event_type=services.EVENT_SUCCEEDED, order_id=order.pk, amount=order.total
+    )
+    assert outcome == "refund_required"
+
+
+def presses_at_once(order, count, monkeypatch):
+    """``count`` presses of Pay at the same moment (threads with their own connections), while the delivery thread
+    is held; returns the press statuses and the deliveries that were queued."""
+    from devtools.testing import run_concurrently
+
+    delivered, release = [], threading.Event()
+
+    def held_delivery(url, body, signature):
+        assert release.wait(timeout=30)
+        delivered.append(body)
+
+    monkeypatch.setattr(sandbox, "_deliver", held_delivery)
+    try:
+        outcomes = run_concurrently(count, lambda i: Client().post(sandbox_path(order), {"action": "pay"}).status_code)
+    finally:
+        release.set()
+    assert [o.error for o in outcomes if o.error] == []
+    sandbox._EXECUTOR.submit(lambda: None).result(timeout=30)  # the single delivery thread has drained its queue
+    return [o.value for o in outcomes], delivered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_presses_at_once_queue_one_delivery_on_one_thread(order, sandbox_on, monkeypatch):
+    before = {t.name for t in threading.enumerate()}
+
+    statuses, delivered = presses_at_once(order, 8, monkeypatch)
+
+    assert statuses == [302] * 8  # each press shows the page; the event is on its way
+    assert len(delivered) == 1
+    assert f'"event_id": "sandbox-{order.pk}-pay"'.encode() in delivered[0]
+    new = {t.name for t in threading.enumerate()} - before
+    assert all(name.startswith("sandbox-webhook") for name in new) and len(new) <= 1, new
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_without_the_in_flight_claim_every_press_queues_a_delivery(order, sandbox_on, monkeypatch):
+    class Forgetful(set):
+        def add(self, item):  # the claim is never recorded
+            pass
+
+    monkeypatch.setattr(sandbox, "_in_flight", Forgetful())
+    statuses, delivered = presses_at_once(order, 8, monkeypatch)
+    assert statuses == [302] * 8
+    assert len(delivered) == 8
+
+
+@pytest.mark.django_db
+def test_the_signed_link_never_reaches_the_access_log(order, sandbox_on, deliveries, caplog):
+    from gunicorn.config import Config
+
+    from skincare.logs import RedactingGunicornLogger
+
+    caplog.set_level(logging.INFO, logger="skincare.access")
+    path = sandbox_path(order)
+    token = path.rsplit("/", 1)[-1]
+    Client().get(path)
+    Client().post(path, {"action": "pay"})
+
+    lines = [r for r in caplog.records if r.name == "skincare.access"]
+    assert [r.path for r in lines] == ["/v1/payments/sandbox/<redacted>"] * 2
+    assert all(token not in r.getMessage() for r in lines)
+
+    class Response:  # what gunicorn hands its access logger
+        status, sent, headers = "302 Found", 0, [("Location", path + "?sent=pay")]
+
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "RAW_URI": path,
+        "PATH_INFO": path,
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_REFERER": "http://shop.example" + path,
+    }
+    import datetime
+
+    atoms = RedactingGunicornLogger(Config()).atoms(
+        Response(), [("Referer", environ["HTTP_REFERER"])], environ, datetime.timedelta(0)
+    )
+    assert token not in repr(atoms)
+    assert atoms["r"] == "POST /v1/payments/sandbox/<redacted> HTTP/1.1"
+    assert atoms["f"] == "http://shop.example/v1/payments/sandbox/<redacted>"
+
+
+def test_log_records_that_print_the_path_are_redacted() -> None:
+    """Django's own loggers print ``request.path`` (a CSRF refusal, a 500): the console handler's filter redacts."""
+    from skincare.logs import RedactSecretPathsFilter
+
+    record = logging.LogRecord(
+        "django.security.csrf",
+        logging.WARNING,
+        __file__,
+        1,
+        "Forbidden (%s): %s",
+        ("CSRF token missing.", "/v1/payments/sandbox/abc:def"),
+        None,
+    )
+    record.request = RequestFactory().post("/v1/payments/sandbox/abc:def")  # an extra field Django adds
+    assert RedactSecretPathsFilter().filter(record)
+    assert record.getMessage() == "Forbidden (CSRF token missing.): /v1/payments/sandbox/<redacted>"
+    assert record.request == "<WSGIRequest: POST '/v1/payments/sandbox/<redacted>'>"

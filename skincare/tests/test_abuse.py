@@ -118,6 +118,25 @@ def test_checkout_rate_limit_is_429_with_retry_after(api, make_product, settings
     assert 1 <= int(limited["Retry-After"]) <= 86400
 
 
+@pytest.mark.django_db
+def test_a_rate_limited_customer_can_check_out_again_once_the_window_has_passed(api, make_product, settings):
+    settings.CHECKOUT_RATE_LIMIT = "2/day"
+    product = make_product(stock=50)
+    body = {"items": [{"product_id": product.pk, "qty": 1}]}
+    assert [api.post("/v1/checkout", body, format="json").status_code for _ in range(3)] == [201, 201, 429]
+
+    # A day passes for the counter: its stored window now started (and ended) one window ago, by the database clock.
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE rate_limit_counters SET window_start = window_start - interval '1 day'")
+        assert cursor.rowcount == 1
+
+    again = api.post("/v1/checkout", body, format="json")
+    assert again.status_code == 201, again.json()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT hits FROM rate_limit_counters")
+        assert cursor.fetchone() == (1,)  # a fresh window counts from one
+
+
 @pytest.mark.django_db(transaction=True)
 def test_rate_limit_holds_under_concurrency():
     outcomes = run_concurrently(

@@ -56,3 +56,26 @@ def test_schema_and_swagger_ui_are_served_without_any_cdn(client) -> None:  # ty
     assert "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
     external = re.findall(r"""(?:src|href)=["'](https?://[^"']+)""", html)
     assert external == []
+
+
+@pytest.mark.django_db
+def test_the_schema_is_generated_once_per_process(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from drf_spectacular.generators import SchemaGenerator
+
+    from skincare.openapi import SchemaView
+
+    generated = []
+    original = SchemaGenerator.get_schema
+
+    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        generated.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counting)
+    SchemaView.forget()
+    first = client.get("/v1/schema")
+    second = client.get("/v1/schema?version=other&lang=de")  # parameters cannot make it generate (or cache) another
+
+    assert first.status_code == second.status_code == 200
+    assert second.content == first.content
+    assert len(generated) == 1

@@ -28,6 +28,7 @@ def production_env(**overrides: str) -> dict[str, str]:
             "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
             "DJANGO_ALLOWED_HOSTS": "shop.example",
             "DJANGO_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
+            "METRICS_TOKEN": secrets.token_urlsafe(16),  # without it /metrics is closed in production (skincare.I010)
             "DATABASE_URL": _url(),
             "LOG_LEVEL": "WARNING",
         }

@@ -1,0 +1,131 @@
+"""Client addresses behind reverse proxies (TRUSTED_PROXIES) for the admin login throttle and /metrics, the
+throttle's username and IPv6 rules, and /metrics in production (docs/reliability.md)."""
+
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client, RequestFactory
+
+from skincare import checks
+from skincare.clientaddr import client_address, throttle_key
+from skincare.models import AdminLoginFailure
+
+PROXY = "127.0.0.1"  # a reverse proxy on the same host: every request's peer is loopback
+
+
+def login(client: Client, username: str, password: str | None = None) -> int:
+    data = {"username": username, "password": password or "a-wrong-guess", "next": "/admin/"}
+    return client.post("/admin/login/", data).status_code
+
+
+def someone() -> str:
+    """A fresh username, so only the per-address counter can block."""
+    return f"guess-{uuid.uuid4().hex[:8]}"
+
+
+def address(remote: str, forwarded: str | None = None) -> str | None:
+    meta = {"REMOTE_ADDR": remote} | ({"HTTP_X_FORWARDED_FOR": forwarded} if forwarded is not None else {})
+    found = client_address(RequestFactory().get("/", **meta))
+    return None if found is None else str(found)
+
+
+def test_x_forwarded_for_is_read_from_the_right_and_only_behind_a_trusted_peer(settings) -> None:
+    settings.TRUSTED_PROXIES = ["127.0.0.1/32", "10.0.0.0/8"]
+    assert address("203.0.113.9", "198.51.100.1") == "203.0.113.9"  # untrusted peer: the header is ignored
+    assert address(PROXY, "198.51.100.1") == "198.51.100.1"
+    assert address(PROXY, "6.6.6.6, 198.51.100.1") == "198.51.100.1"  # the client wrote 6.6.6.6 itself
+    assert address(PROXY, "6.6.6.6, 198.51.100.1, 10.1.2.3") == "198.51.100.1"  # a second trusted hop is skipped
+    assert address(PROXY, "198.51.100.1, not-an-address") == PROXY  # unreadable where the client should be
+    assert address(PROXY, "") == PROXY
+    assert address("::ffff:127.0.0.1", "198.51.100.1") == "198.51.100.1"  # an IPv4-mapped peer is that IPv4
+    assert address(PROXY, "2001:db8::7") == "2001:db8::7"
+
+
+def test_ipv6_addresses_are_keyed_by_their_64() -> None:
+    keys = {
+        throttle_key(client_address(RequestFactory().get("/", REMOTE_ADDR=a)))
+        for a in ("2001:db8:1:2::a", "2001:db8:1:2:ffff::1")
+    }
+    assert keys == {"2001:db8:1:2::"}
+    assert throttle_key(client_address(RequestFactory().get("/", REMOTE_ADDR="2001:db8:1:3::a"))) == "2001:db8:1:3::"
+    assert throttle_key(client_address(RequestFactory().get("/", REMOTE_ADDR="198.51.100.4"))) == "198.51.100.4"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("trusted", [["127.0.0.1/32"], ["0.0.0.0/0"]], ids=["proxy-only", "control-every-peer"])
+def test_a_forged_x_forwarded_for_from_an_untrusted_peer_is_ignored(settings, trusted) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES, settings.METRICS_TOKEN, settings.ADMIN_LOGIN_MAX_FAILURES = trusted, "", 3
+    forger = Client(REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR="127.0.0.1")
+    victim = "198.51.100.50"
+
+    metrics = forger.get("/metrics").status_code
+    for _ in range(3):  # failures pinned on someone else's address, if the header were believed
+        login(Client(REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR=victim), someone())
+
+    if trusted == ["127.0.0.1/32"]:
+        assert metrics == 403
+        assert set(AdminLoginFailure.objects.values_list("client_ip", flat=True)) == {"203.0.113.9"}
+    else:  # control: trusting every peer believes anyone's header
+        assert metrics == 200
+        assert set(AdminLoginFailure.objects.values_list("client_ip", flat=True)) == {victim}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("trusted", [["127.0.0.1/32"], []], ids=["trusted-proxy", "control-no-trusted-proxy"])
+def test_behind_the_proxy_one_clients_failures_do_not_lock_out_another(settings, trusted) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES, settings.ADMIN_LOGIN_MAX_FAILURES = trusted, 5
+    attacker = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="203.0.113.66")
+    admin = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="198.51.100.77")
+
+    assert [login(attacker, someone()) for _ in range(5)] == [200] * 5
+    assert login(attacker, someone()) == 429
+
+    if trusted:
+        assert login(admin, someone()) == 200
+    else:  # control: without TRUSTED_PROXIES every client is the proxy's 127.0.0.1, and one locks out all
+        assert login(admin, someone()) == 429
+
+
+@pytest.mark.django_db
+def test_a_username_with_spaces_counts_for_the_account(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ADMIN_LOGIN_MAX_FAILURES = 3
+    get_user_model().objects.create_user("demo-ops", password="right-password-for-tests", is_staff=True)
+
+    for i, name in enumerate(["demo-ops ", " demo-ops", "demo-ops\t"]):  # each from an address of its own
+        assert login(Client(REMOTE_ADDR=f"198.51.100.{i + 1}"), name) == 200
+
+    assert list(AdminLoginFailure.objects.values_list("username", flat=True)) == ["demo-ops"] * 3
+    fresh = Client(REMOTE_ADDR="198.51.100.99")
+    assert login(fresh, "demo-ops ", "right-password-for-tests") == 429  # what the form would log in as demo-ops
+    assert login(fresh, "demo-ops", "right-password-for-tests") == 429
+
+
+@pytest.mark.django_db
+def test_two_ipv6_addresses_in_one_64_share_a_counter(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ADMIN_LOGIN_MAX_FAILURES = 3
+    for host in ("::a", "::b", "::c"):
+        assert login(Client(REMOTE_ADDR=f"2001:db8:1:2{host}"), someone()) == 200
+
+    assert login(Client(REMOTE_ADDR="2001:db8:1:2:ffff:ffff:ffff:1"), someone()) == 429  # same /64
+    assert login(Client(REMOTE_ADDR="2001:db8:1:3::a"), someone()) == 200  # the next /64 is someone else
+
+
+@pytest.mark.django_db
+def test_metrics_in_production_needs_the_token_even_from_loopback(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PRODUCTION, settings.METRICS_TOKEN = True, ""
+    assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 403
+    assert [m.id for m in checks.client_address_settings()] == ["skincare.I010"]
+
+    settings.METRICS_TOKEN = "scrape-token-for-tests"
+    assert checks.client_address_settings() == []
+    answer = Client(REMOTE_ADDR="127.0.0.1").get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests")
+    assert answer.status_code == 200
+
+
+def test_trusted_proxies_must_be_networks(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PRODUCTION = False
+    settings.TRUSTED_PROXIES = ["10.0.0.0/8", "proxy.internal"]
+    assert [m.id for m in checks.client_address_settings()] == ["skincare.E010"]
+    settings.TRUSTED_PROXIES = ["10.0.0.0/8", "::1", "fd00::/8"]
+    assert checks.client_address_settings() == []
