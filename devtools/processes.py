@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlparse, urlunparse
 
+from skincare import demo
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 RESULTS = ROOT / "bench-results"  # git-ignored
-BENCH_SECRET = "bench-webhook-secret-not-for-production"  # noqa: S105 - a load-test secret for a local server
-BENCH_SECRET_KEY = "bench-only-django-secret-key-not-for-production"  # noqa: S105 - local benchmark server only
+BENCH_SECRET = demo.BENCH_WEBHOOK_SECRET  # a load-test secret for a local server (published: production refuses it)
+BENCH_SECRET_KEY = demo.BENCH_SECRET_KEY
 
 
 def log(msg: str) -> None:
