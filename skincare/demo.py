@@ -56,6 +56,8 @@ PUBLISHED_SECRETS = frozenset(
         "whsec-sandbox-test",
         "not-the-secret",
         "previous-secret",
+        "from-the-environment",
+        "set",
     }
 )
 
