@@ -60,10 +60,8 @@ def test_production_refuses_a_published_value_or_the_sandbox(start: str, refusal
 @pytest.mark.django_db
 def test_control_the_same_start_ups_run_with_real_values(start: str) -> None:
     env = production_env()
-    if start == "sweeper":  # the loop would run for ever: one pass
-        result = manage("expire_reservations", env=env)
-    else:
-        result = STARTS[start](env)
+    # The sweeper's loop would run for ever with real values: one pass.
+    result = manage("expire_reservations", env=env) if start == "sweeper" else STARTS[start](env)
     assert result.returncode == 0, result.stderr
     assert "E00" not in result.stderr
     if start == "command without system checks":
