@@ -54,11 +54,11 @@ class MakeRun:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"make run exited early:\n{self.output()}"
             try:
-                if requests.get(f"{self.base}/readyz", timeout=2).status_code == 200 and "sweeper.1 started" in (
+                if requests.get(f"{self.base}/readyz", timeout=5).status_code == 200 and "sweeper.1 started" in (
                     self.output()
                 ):
                     return
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or workers still booting
                 pass
             time.sleep(0.2)  # polling interval of a deadline loop, not synchronisation
         raise AssertionError(f"make run not ready within {timeout} s:\n{self.output()}")
