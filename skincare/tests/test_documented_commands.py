@@ -70,7 +70,7 @@ def newcomer_env(tmp_path: Path) -> dict[str, str]:
 def test_every_command_the_docs_name_exists_and_is_covered() -> None:
     named = {name for doc in DOCS for name in ANY_MENTION.findall(doc.read_text())}
     assert named == DOCUMENTED
-    assert DOCUMENTED <= set(get_commands())
+    assert set(get_commands()) >= DOCUMENTED
     runnable = {line.split()[2] for line in documented_lines()}
     assert runnable <= DOCUMENTED
     assert {"issue_token", "revoke_token", "expire_reservations", "audit_inventory", "flash_sale_setup"} <= runnable
@@ -79,7 +79,7 @@ def test_every_command_the_docs_name_exists_and_is_covered() -> None:
 def test_the_newcomers_python_has_no_django(tmp_path: Path) -> None:
     """The premise of the next test: without manage.py's re-exec, `python manage.py` would fail."""
     env = newcomer_env(tmp_path)
-    result = subprocess.run(  # noqa: S603
+    result = subprocess.run(
         ["python", "-c", "import django"],  # noqa: S607 - the newcomer's python, from PATH
         cwd=ROOT,
         env=env,

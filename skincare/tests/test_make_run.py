@@ -36,7 +36,7 @@ class MakeRun:
         self.env = env
         with self.log.open("w") as out:
             # Its own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group.
-            self.process = subprocess.Popen(  # noqa: S603
+            self.process = subprocess.Popen(
                 ["make", "--no-print-directory", "run"],  # noqa: S607
                 cwd=ROOT,
                 env=env,
