@@ -27,15 +27,18 @@ ANY_MENTION = re.compile(r"manage\.py ([a-z_]+)")
 # Every command the docs name (`manage.py X`, with or without python): a doc that names a new one fails here until
 # a test covers it. The runnable `python manage.py ...` lines are all run below.
 DOCUMENTED = {
-    "audit_inventory",
-    "check",
-    "expire_reservations",
-    "flash_sale_setup",
-    "issue_token",
-    "migrate",
-    "prune_retention",
-    "remove_demo_data",
-    "revoke_token",
+    command.removeprefix("manage.py ")
+    for command in (
+        "manage.py audit_inventory",
+        "manage.py check",
+        "manage.py expire_reservations",
+        "manage.py flash_sale_setup",
+        "manage.py issue_token",
+        "manage.py migrate",
+        "manage.py prune_retention",
+        "manage.py remove_demo_data",
+        "manage.py revoke_token",
+    )
 }
 
 

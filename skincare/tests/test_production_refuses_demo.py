@@ -134,7 +134,7 @@ SECRET_LITERALS = [
     re.compile(r"""\bsecret\s*=\s*["']([^"'$]{3,})["']"""),
     re.compile(r"""["'](?:DJANGO_SECRET_KEY|PAYMENT_WEBHOOK_SECRET)["']\s*:\s*["']([^"'$]{3,})["']"""),
     re.compile(r"""setdefault\(\s*["'](?:DJANGO_SECRET_KEY|PAYMENT_WEBHOOK_SECRET)["'],\s*["']([^"'$]{3,})["']"""),
-    re.compile(r"""\b(?:DJANGO_SECRET_KEY|PAYMENT_WEBHOOK_SECRET)=(?!\.\.\.)([^\s"'$;]{3,})"""),
+    re.compile(r"""\b(?:DJANGO_SECRET_KEY|PAYMENT_WEBHOOK_SECRET)=([A-Za-z0-9][^\s"'$;]{2,})"""),
 ]
 NOT_SCANNED = {".venv", ".git", ".data", "node_modules", "staticfiles", "bench-results"}
 
