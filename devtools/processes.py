@@ -89,6 +89,8 @@ def django_env(url: str, **extra: Any) -> dict[str, str]:
     # few customers check out thousands of times; the cap is measured by the test suite, not here).
     env.setdefault("DJANGO_SECRET_KEY", BENCH_SECRET_KEY)
     env.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")
+    # Measured servers run with what is set here, not with the developer's .env (make run's sandbox, say).
+    env.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
