@@ -9,19 +9,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
 PORT ?= 8000
+STATIC_STAMP := staticfiles/.collected
 
-# DEMO ONLY: defaults for `make run` and the manage.py commands it runs (production sets its own values; an
-# environment variable that is already set wins). The sandbox pays orders without money, so with DEBUG off it only
-# starts with the explicit PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG opt-in; the secret key is a public demo value.
-DEMO_ENV := DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-demo-only-insecure-secret-key-not-for-production} \
-	PAYMENT_SANDBOX=$${PAYMENT_SANDBOX:-true} \
-	PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG=$${PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG:-true} \
-	PAYMENT_WEBHOOK_SECRET=$${PAYMENT_WEBHOOK_SECRET:-demo-webhook-secret-not-for-production}
+# How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
+SWEEP_INTERVAL ?= 2
 
 .PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps
 
 help:
-	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT)"
+	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
 	@echo "make test   - set up, start the database, lint, run the whole test suite"
 	@echo "make stop   - stop the embedded PostgreSQL"
 	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
@@ -39,20 +35,32 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 setup: $(STAMP)
 
-# With DATABASE_URL set, that database is used as is; otherwise the embedded server is started (reused if running).
+# Development settings live in .env (git-ignored), written with labelled demo values when missing
+# (devtools/devenv.py). With DATABASE_URL set, that database is used as is; otherwise the embedded server is
+# started (reused if running).
 db: setup
+	@$(PY) -m devtools.devenv
 	@if [ -z "$$DATABASE_URL" ]; then $(PY) -m devtools.devdb ensure >/dev/null && echo "embedded PostgreSQL 18 up (.data/pg)"; \
 	else echo "using DATABASE_URL"; fi
 
 migrate: db
-	$(DEMO_ENV) $(PY) manage.py migrate --noinput -v0
+	$(PY) manage.py migrate --noinput -v0
 
 demo: migrate
-	$(DEMO_ENV) $(PY) manage.py load_demo_data
+	$(PY) manage.py load_demo_data
 
-run: demo
-	$(DEMO_ENV) $(PY) manage.py collectstatic --noinput -v0
-	$(DEMO_ENV) PORT=$(PORT) exec $(VENV)/bin/gunicorn -c skincare/gunicorn.conf.py skincare.wsgi:application
+# Static files (the admin's, Swagger UI's) are collected and compressed again only when the installed requirements
+# or the apps' own static files changed: it takes half a minute on two busy cores.
+$(STATIC_STAMP): $(STAMP) $(wildcard */static/*/*) | db
+	$(PY) manage.py collectstatic --noinput -v0
+	@touch $@
+
+# The web server and the sweeper, both from the Procfile, run by honcho: one Ctrl-C or SIGTERM stops both (honcho
+# sends SIGTERM to each one's process group, SIGKILL after 5 s). `-e /dev/null`: honcho's own .env loading would
+# override exported variables; skincare.settings reads .env itself, with the environment winning.
+run: demo $(STATIC_STAMP)
+	@$(PY) -m devtools.devenv --banner --port $(PORT) --sweep-interval $(SWEEP_INTERVAL)
+	@SWEEP_INTERVAL=$(SWEEP_INTERVAL) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec $(VENV)/bin/honcho start -e /dev/null -p $(PORT)
 
 lint: db
 	$(VENV)/bin/ruff check .

@@ -16,7 +16,7 @@ flash-sale stock"; any violation or any failure sets the exit code to 1.
 Environment (all optional):
   LOADTEST_TOKENS_FILE       JSON list of customer tokens, one per user (from ``issue_token``; bench/loadtest.py
                              writes it). Without it every user shares LOADTEST_TOKEN (default: the demo token).
-  PAYMENT_WEBHOOK_SECRET     the server's webhook secret (default: the Makefile's demo secret).
+  PAYMENT_WEBHOOK_SECRET     the server's webhook secret (default: the demo secret that `make run` writes to .env).
   FLASH_SALE_STOCK           the flash-sale stock (default 1).
   FLASH_SALE_SINCE_ORDER_ID  highest order id right after ``flash_sale_setup``; when unset, this file runs
                              ``manage.py flash_sale_setup --stock FLASH_SALE_STOCK`` itself at test start.
@@ -43,11 +43,12 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from payments.signing import sign
+from skincare import demo
 
 ROOT = Path(__file__).resolve().parent
 FLASH_PRODUCT = 101
 SHOP_PRODUCTS = list(range(102, 109))
-SECRET = os.environ.get("PAYMENT_WEBHOOK_SECRET") or "demo-webhook-secret-not-for-production"
+SECRET = os.environ.get("PAYMENT_WEBHOOK_SECRET") or demo.DEMO_WEBHOOK_SECRET
 FLASH_SALE_STOCK = int(os.environ.get("FLASH_SALE_STOCK", "1"))
 BURST = int(os.environ.get("FLASH_SALE_BURST", "0"))
 
@@ -58,7 +59,7 @@ def _load_tokens():
         tokens = json.loads(Path(path).read_text())
         if tokens:
             return tokens, False
-    return [os.environ.get("LOADTEST_TOKEN", "test-customer-token")], True
+    return [os.environ.get("LOADTEST_TOKEN", demo.DEMO_CUSTOMER_TOKEN)], True
 
 
 TOKENS, SHARED_TOKEN = _load_tokens()

@@ -1,13 +1,53 @@
 #!/usr/bin/env python
 import os
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+# Commands that run even when production refuses the demo: the way out, and the report itself.
+RUN_WHEN_REFUSED = {"remove_demo_data", "check", "help", "version", "--help", "-h", "--version"}
 
 
-def main():
+def use_the_venv() -> None:
+    """`python manage.py ...` with a Python that has no Django (a newcomer's system python): run this file again
+    with the project's .venv/bin/python, which `make run` creates. The same process (exec), same arguments."""
+    try:
+        import django  # noqa: F401
+    except ImportError:
+        # sys.prefix, not the executable: the venv's python is often a symlink to the very same system binary.
+        if VENV_PYTHON.exists() and Path(sys.prefix).resolve() != VENV_PYTHON.parent.parent.resolve():
+            os.execv(VENV_PYTHON, [str(VENV_PYTHON), *sys.argv])  # noqa: S606 - this very file, same arguments
+        sys.exit(f"manage.py: Django is not installed for {sys.executable}; run `make run` (creates .venv) first.")
+
+
+def refuse_the_demo_in_production(argv: list[str]) -> None:
+    """DJANGO_ENV=production: every command (also those that skip Django's system checks) first runs the checks
+    tagged "production" and stops with their message when a published demo value, the sandbox or a demo account
+    is present."""
+    if os.environ.get("DJANGO_ENV") != "production" or (argv[1] if len(argv) > 1 else "help") in RUN_WHEN_REFUSED:
+        return
+    import django
+
+    django.setup()
+    from skincare.checks import production_refusals
+
+    refusals = production_refusals()
+    if refusals:
+        sys.exit("manage.py: production refuses the demo:\n" + "\n".join(refusals))
+
+
+def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    use_the_venv()
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    try:
+        refuse_the_demo_in_production(sys.argv)
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:  # a configuration error is a message, not a traceback
+        sys.exit(f"manage.py: {exc}")
 
 
 if __name__ == "__main__":

@@ -163,8 +163,11 @@ def setup_django() -> None:
         return
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
     os.environ.setdefault("DB_CONN_MAX_AGE", "600")
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-django-secret-key-not-for-production")
-    os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", "bench-webhook-secret-not-for-production")
+    from skincare import demo
+
+    os.environ.setdefault("DJANGO_SECRET_KEY", demo.BENCH_SECRET_KEY)
+    os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", demo.BENCH_WEBHOOK_SECRET)
+    os.environ.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")  # measured as configured here, not by .env
     os.environ.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")  # bench only: one customer checks out many times
     if not os.environ.get("DATABASE_URL"):
         proc = subprocess.run(

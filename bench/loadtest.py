@@ -39,6 +39,7 @@ from devtools.processes import (
     without_runtime_dir_warning,
 )
 from devtools.processes import server_url as db_url
+from skincare import demo
 
 LOCUST = str(ROOT / ".venv/bin/locust")
 
@@ -135,10 +136,8 @@ def main(argv=None):
         server = Gunicorn(url, workers=args.workers, config=config).start()
         log(f"gunicorn on {server.base}: {server.describe()}")
     base = args.host or server.base
-    # Our own server runs with the bench secret; a running `make run` stack with the Makefile's demo secret.
-    secret = (
-        BENCH_SECRET if server else os.environ.get("PAYMENT_WEBHOOK_SECRET", "demo-webhook-secret-not-for-production")
-    )
+    # Our own server runs with the bench secret; a running `make run` stack with the demo secret of .env.
+    secret = BENCH_SECRET if server else os.environ.get("PAYMENT_WEBHOOK_SECRET", demo.DEMO_WEBHOOK_SECRET)
     results = []
     try:
 

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlparse, urlunparse
 
+from skincare import demo
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 RESULTS = ROOT / "bench-results"  # git-ignored
-BENCH_SECRET = "bench-webhook-secret-not-for-production"  # noqa: S105 - a load-test secret for a local server
-BENCH_SECRET_KEY = "bench-only-django-secret-key-not-for-production"  # noqa: S105 - local benchmark server only
+BENCH_SECRET = demo.BENCH_WEBHOOK_SECRET  # a load-test secret for a local server (published: production refuses it)
+BENCH_SECRET_KEY = demo.BENCH_SECRET_KEY
 
 
 def log(msg: str) -> None:
@@ -87,6 +89,8 @@ def django_env(url: str, **extra: Any) -> dict[str, str]:
     # few customers check out thousands of times; the cap is measured by the test suite, not here).
     env.setdefault("DJANGO_SECRET_KEY", BENCH_SECRET_KEY)
     env.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")
+    # Measured servers run with what is set here, not with the developer's .env (make run's sandbox, say).
+    env.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -6,5 +6,9 @@ The values are labelled test-only. Subprocesses started by tests (``manage.py ex
 
 import os
 
-os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-insecure-secret-key-never-use-in-production")
-os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", "test-only-webhook-secret-never-use-in-production")
+from skincare import demo
+
+os.environ.setdefault("DJANGO_SECRET_KEY", demo.TEST_SECRET_KEY)
+os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", demo.TEST_WEBHOOK_SECRET)
+# The tests set what they need; the developer's .env (make run's demo settings, e.g. the sandbox) stays out.
+os.environ.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")

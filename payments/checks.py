@@ -5,6 +5,9 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 
+from skincare import demo
+from skincare.checks import PRODUCTION_TAG
+
 
 @checks.register()
 def webhook_secret(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -32,3 +35,30 @@ def sandbox_only_in_development(app_configs: Any = None, **kwargs: Any) -> list[
             )
         ]
     return []
+
+
+@checks.register(PRODUCTION_TAG)
+def production_refuses_demo_payments(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """In production a published webhook secret lets anyone mark orders paid, and the sandbox pays without money
+    (whatever PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG says)."""
+    if not settings.PRODUCTION:
+        return []
+    errors = []
+    if settings.PAYMENT_WEBHOOK_SECRET and demo.is_published(settings.PAYMENT_WEBHOOK_SECRET):
+        errors.append(
+            checks.Error(
+                "PAYMENT_WEBHOOK_SECRET is a published demo/test value (it is in this repository): anyone can sign a "
+                "payment.succeeded webhook with it.",
+                hint="Set PAYMENT_WEBHOOK_SECRET to the secret your payment gateway gave you.",
+                id="payments.E003",
+            )
+        )
+    if settings.PAYMENT_SANDBOX:
+        errors.append(
+            checks.Error(
+                "PAYMENT_SANDBOX is on with DJANGO_ENV=production: the sandbox pays orders without money.",
+                hint="Unset PAYMENT_SANDBOX (and PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG) in production.",
+                id="payments.E004",
+            )
+        )
+    return errors

@@ -6,8 +6,15 @@ from typing import Any
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, ProgrammingError
 
+from skincare import demo
 from skincare.validation import parse_rate
+
+# The checks that make production refuse the demo (here and in payments/checks.py). manage.py runs exactly these
+# before any command in production, so even the commands that skip Django's system checks (shell, dbshell, ...)
+# refuse; gunicorn runs them with every other check (skincare/wsgi.py).
+PRODUCTION_TAG = "production"
 
 
 @checks.register()
@@ -57,6 +64,75 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
             )
         )
     return problems
+
+
+@checks.register(PRODUCTION_TAG)
+def production_secret_key(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A published key lets anyone forge sessions, CSRF tokens and sandbox payment links."""
+    if settings.PRODUCTION and demo.is_published(settings.SECRET_KEY):
+        return [
+            checks.Error(
+                "DJANGO_SECRET_KEY is a published demo/test value (it is in this repository): anyone can forge "
+                "sessions and signed links with it.",
+                hint="Set DJANGO_SECRET_KEY to a long random value of your own, e.g. "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`.",
+                id="skincare.E002",
+            )
+        ]
+    return []
+
+
+def demo_accounts_present() -> list[str]:
+    """The demo accounts of ``load_demo_data`` that can still be used: an active demo user, the demo token."""
+    from django.contrib.auth import get_user_model
+
+    from skincare.models import ApiToken
+    from skincare.services import api_token_digest
+
+    found = sorted(
+        get_user_model().objects.filter(username__in=demo.DEMO_USERS, is_active=True).values_list("username", flat=True)
+    )
+    if ApiToken.objects.filter(digest=api_token_digest(demo.DEMO_CUSTOMER_TOKEN), revoked_at__isnull=True).exists():
+        found.append(f"the API token {demo.DEMO_CUSTOMER_TOKEN!r}")
+    return found
+
+
+@checks.register(PRODUCTION_TAG)
+def production_demo_accounts(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The demo accounts' credentials are published: a production database must not have them."""
+    if not settings.PRODUCTION:
+        return []
+    try:
+        found = demo_accounts_present()
+    except ProgrammingError:
+        return []  # not migrated yet: no accounts at all
+    except DatabaseError as exc:
+        return [
+            checks.Warning(
+                f"could not check the database for demo accounts: {exc}".strip(),
+                hint="The database is unreachable; the check runs again at the next start.",
+                id="skincare.W002",
+            )
+        ]
+    if found:
+        return [
+            checks.Error(
+                f"the database has the published demo accounts: {', '.join(found)}.",
+                hint="Run `python manage.py remove_demo_data` (deactivates them and deletes the demo token; order "
+                "history stays).",
+                id="skincare.E003",
+            )
+        ]
+    return []
+
+
+def production_refusals() -> list[str]:
+    """The errors of the checks tagged ``production`` (empty outside production or when the demo is gone)."""
+    return [
+        str(message)
+        for message in checks.run_checks(tags=[PRODUCTION_TAG])
+        if message.level >= checks.ERROR and not message.is_silenced()
+    ]
 
 
 def run_startup_checks() -> None:

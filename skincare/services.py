@@ -89,3 +89,25 @@ def delete_older_than(*, table: str, column: str, seconds: int, batch_size: int 
 def rate_limit_counters_prune() -> int:
     """Counters whose window ended more than a day ago (the longest window) carry no information any more."""
     return delete_older_than(table="rate_limit_counters", column="window_start", seconds=2 * 86400)
+
+
+@transaction.atomic
+def demo_accounts_disable() -> list[str]:
+    """Make the published demo accounts unusable (``manage.py remove_demo_data``): the demo users are deactivated
+    with unusable passwords (kept, with their order history) and every token with the demo token's digest is
+    deleted. Returns what was changed."""
+    from django.contrib.auth import get_user_model
+
+    from skincare import demo
+
+    changed = []
+    for user in get_user_model().objects.select_for_update().filter(username__in=demo.DEMO_USERS, is_active=True):
+        user.is_active = False
+        user.set_unusable_password()
+        user.save(update_fields=["is_active", "password"])
+        api_tokens_revoke(user=user)
+        changed.append(f"user {user.get_username()!r} deactivated")
+    deleted, _ = ApiToken.objects.filter(digest=api_token_digest(demo.DEMO_CUSTOMER_TOKEN)).delete()
+    if deleted:
+        changed.append(f"the demo token {demo.DEMO_CUSTOMER_TOKEN!r} deleted")
+    return changed

@@ -5,15 +5,23 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from skincare import logs
+from skincare import demo, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
 # DJANGO_ENV=production: DEBUG off, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS required (no fallback), secure
-# cookies, HSTS, HTTPS redirect (see the production block at the end of this file).
+# cookies, HSTS, HTTPS redirect (see the production block at the end of this file); every start-up refuses the
+# published demo values, the sandbox and the demo accounts (checks tagged "production": skincare/checks.py,
+# payments/checks.py). DJANGO_ENV itself is read from the process environment only.
 PRODUCTION = env("DJANGO_ENV", default="development") == "production"
+
+# Development settings come from one place: the git-ignored .env at the repository root, which `make run` / `make db`
+# write with labelled demo values when it is missing (devtools/devenv.py, values from skincare/demo.py). An exported
+# variable wins over the file. Never read in production; the test suite turns it off (devtools/testenv.py).
+if not PRODUCTION and env.bool("DJANGO_READ_DOT_ENV_FILE", default=True):
+    environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = False if PRODUCTION else env.bool("DJANGO_DEBUG", default=False)
 # There is no default secret key outside development: the key signs sessions, CSRF tokens and the sandbox's payment
@@ -24,9 +32,10 @@ SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
     if PRODUCTION or not (DEBUG or env.bool("DJANGO_DEV_INSECURE_SECRET_KEY", default=False)):
         raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY is not set. Set it (production), or run with DJANGO_DEBUG=true for development."
+            "DJANGO_SECRET_KEY is not set. Set it (production); for development run `make run` or `make db` once, "
+            "which writes the demo values to .env."
         )
-    SECRET_KEY = "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production"  # noqa: S105 - development only
+    SECRET_KEY = demo.DEBUG_FALLBACK_SECRET_KEY  # development only
 ALLOWED_HOSTS = (
     env.list("DJANGO_ALLOWED_HOSTS")
     if PRODUCTION

@@ -132,3 +132,17 @@ def test_demo_data_is_loaded_only_when_asked() -> None:
     script = (ROOT / words(web["command"])[1]).read_text()
     assert 'if [ "${LOAD_DEMO_DATA:-false}" = "true" ]; then' in script
     assert "load_demo_data" not in " ".join(words(web["command"]))
+
+
+@pytest.mark.parametrize("name", [".env", ".env.production", ".env.local"])
+def test_env_files_with_secrets_reach_neither_git_nor_the_image(name: str) -> None:
+    """docker-compose reads secrets from .env, and `make run` writes one with the demo values: git ignores them and
+    the Docker build context leaves them out (the Dockerfile copies the whole tree)."""
+    import fnmatch
+    import subprocess
+
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", name], cwd=ROOT, check=False)  # noqa: S603, S607
+    assert ignored.returncode == 0, f"{name} is not ignored by git"
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    assert any(fnmatch.fnmatch(name, p) for p in patterns if p and not p.startswith("#")), name
+    assert "COPY . ." in (ROOT / "Dockerfile").read_text()  # why it matters

@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def production_env(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PAYMENT_"))}
     env.update(
         {
             "DJANGO_ENV": "production",
             "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+            "PAYMENT_WEBHOOK_SECRET": secrets.token_urlsafe(32),  # real values: production refuses published ones
             "DJANGO_ALLOWED_HOSTS": "shop.example",
             "DJANGO_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
             "METRICS_TOKEN": secrets.token_urlsafe(16),  # without it /metrics is closed in production (skincare.I010)

@@ -1,18 +1,21 @@
 """Demo catalogue and demo accounts. Idempotent: existing products, stock and users are left untouched.
 
-DEMO DATA ONLY: the customer token ``test-customer-token`` and the ops password below exist so that a
-newcomer can try the API and the admin on a laptop. Never load this into a real shop.
+DEMO DATA ONLY: the customer token ``test-customer-token`` and the ops password (skincare/demo.py) exist so that a
+newcomer can try the API and the admin on a laptop. Never load this into a real shop: with DJANGO_ENV=production the
+command refuses, and every start-up refuses a database that has the demo accounts (skincare.E003).
 """
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
 from inventory import services
 from inventory.models import Product
 from skincare import services as skincare_services
+from skincare.demo import DEMO_CUSTOMER, DEMO_CUSTOMER_TOKEN, DEMO_OPS_PASSWORD, DEMO_OPS_USER
 from skincare.models import ApiToken
 from skincare.selectors import api_token_user
 
@@ -27,10 +30,6 @@ DEMO_PRODUCTS = [
     (107, "MSK-CLAY-80", "Kaolin Clay Mask 80g", Decimal("69000.00"), 250),
     (108, "EYE-RET-15", "Retinol Eye Cream 15ml", Decimal("119000.00"), 150),
 ]
-DEMO_CUSTOMER = "demo-customer"
-DEMO_CUSTOMER_TOKEN = "test-customer-token"  # noqa: S105 - demo data only
-DEMO_OPS_USER = "demo-ops"
-DEMO_OPS_PASSWORD = "demo-ops-password"  # noqa: S105 - demo data only
 
 
 class Command(BaseCommand):
@@ -38,6 +37,10 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, **options):
+        if settings.PRODUCTION:
+            raise CommandError(
+                "refusing to load the demo data with DJANGO_ENV=production: its accounts' credentials are published."
+            )
         created = 0
         for product_id, sku, name, price, stock in DEMO_PRODUCTS:
             if Product.objects.filter(pk=product_id).exists() or Product.objects.filter(sku=sku).exists():

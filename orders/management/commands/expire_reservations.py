@@ -41,6 +41,8 @@ class Command(BaseCommand):
     def handle(
         self, *args, batch_size, loop, interval, metrics_port=None, metrics_addr="127.0.0.1", stop_event=None, **options
     ):
+        # --verbosity 0 (make run's sweeper every 2 s): a sweep that returned nothing prints nothing.
+        self.quiet_when_idle = options.get("verbosity", 1) == 0
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         if interval < 0:
@@ -120,9 +122,10 @@ class Command(BaseCommand):
             totals.oldest_overdue_seconds = max(totals.oldest_overdue_seconds, batch.oldest_overdue_seconds)
         metrics.SWEEPER_OLDEST_OVERDUE.set(totals.oldest_overdue_seconds)
         metrics.SWEEPER_LAST_SWEEP.set(time.time())
-        self.stdout.write(
-            f"expire_reservations: {totals.orders} orders cancelled (payment_timeout), "
-            f"{totals.reservations} reservations expired, {totals.units} units returned in {batches} batches; "
-            f"due when started: {summary['count']}, oldest overdue {totals.oldest_overdue_seconds:.1f}s"
-        )
+        if totals.orders or not getattr(self, "quiet_when_idle", False):
+            self.stdout.write(
+                f"expire_reservations: {totals.orders} orders cancelled (payment_timeout), "
+                f"{totals.reservations} reservations expired, {totals.units} units returned in {batches} batches; "
+                f"due when started: {summary['count']}, oldest overdue {totals.oldest_overdue_seconds:.1f}s"
+            )
         return totals

@@ -1,0 +1,178 @@
+"""`make run` is the whole shop (issue 20): the real `make run` (PORT = a free port, DATABASE_URL = this run's test
+database, nothing else exported for the project) serves the API, runs the sweeper, prints where everything is, and
+stops with no process left behind.
+
+With RESERVATION_TTL_SECONDS=5 an unpaid order is cancelled and its unit is back within seconds, with nothing else
+started. The README's curl and webhook-signing examples run against it (only ``localhost:8000`` becomes the test's
+port)."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from devtools.processes import free_port
+from skincare import demo
+from skincare.tests.test_documented_commands import newcomer_env
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKEN = {"Authorization": f"Bearer {demo.DEMO_CUSTOMER_TOKEN}"}
+
+
+class MakeRun:
+    def __init__(self, tmp_path: Path, **extra_env: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = tmp_path / "make-run.log"
+        env = newcomer_env(tmp_path)
+        env.update(PORT=str(self.port), **extra_env)
+        self.env = env
+        with self.log.open("w") as out:
+            # Its own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group.
+            self.process = subprocess.Popen(
+                ["make", "--no-print-directory", "run"],  # noqa: S607
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        """Until the API answers and the sweeper has started (make run migrates and loads the demo data first)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"make run exited early:\n{self.output()}"
+            try:
+                if requests.get(f"{self.base}/readyz", timeout=5).status_code == 200 and "sweeper.1 started" in (
+                    self.output()
+                ):
+                    return
+            except requests.RequestException:  # not listening yet, or workers still booting
+                pass
+            time.sleep(0.2)  # polling interval of a deadline loop, not synchronisation
+        raise AssertionError(f"make run not ready within {timeout} s:\n{self.output()}")
+
+    def tree(self) -> list[psutil.Process]:
+        """make and everything below it (honcho, its shells, gunicorn master and workers, the sweeper)."""
+        top = psutil.Process(self.process.pid)
+        return [top, *top.children(recursive=True)]
+
+    def stop(self, how: str) -> list[psutil.Process]:
+        """Stop as a user would; returns the processes still alive after a grace period (must be none)."""
+        processes = self.tree()
+        if how == "SIGTERM":  # `kill <pid of make>`, a service manager stopping the job
+            self.process.send_signal(signal.SIGTERM)
+        else:  # Ctrl-C in the terminal: SIGINT to the whole foreground process group
+            os.killpg(self.process.pid, signal.SIGINT)
+        self.process.wait(timeout=60)
+        _gone, alive = psutil.wait_procs(processes, timeout=15)
+        return alive
+
+    def kill_leftovers(self) -> None:
+        if self.process.poll() is None:
+            for process in reversed(self.tree()):
+                process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def make_run(tmp_path: Path) -> Iterator[MakeRun]:
+    run = MakeRun(tmp_path, RESERVATION_TTL_SECONDS="5")
+    yield run
+    run.kill_leftovers()
+
+
+def order(run: MakeRun, order_id: int) -> dict:
+    return requests.get(f"{run.base}/v1/orders/{order_id}", headers=TOKEN, timeout=10).json()
+
+
+def available(run: MakeRun) -> int:
+    return requests.get(f"{run.base}/v1/products/101", timeout=10).json()["available_stock"]
+
+
+def readme_block(containing: str) -> str:
+    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return next(block for block in blocks if containing in block)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_run_returns_unpaid_units_within_seconds_and_sigterm_leaves_no_process(make_run: MakeRun) -> None:
+    make_run.wait_ready()
+    banner = make_run.output()
+    for where in ("/v1/products", "/v1/docs", "/admin/", "/metrics"):
+        assert f"{make_run.base}{where}" in banner, banner
+    assert f"demo login: {demo.DEMO_OPS_USER} / {demo.DEMO_OPS_PASSWORD}" in banner
+
+    before = available(make_run)
+    created = requests.post(
+        f"{make_run.base}/v1/checkout",
+        json={"items": [{"product_id": 101, "qty": 1}]},
+        headers=TOKEN,
+        timeout=10,
+    )
+    assert created.status_code == 201, created.text
+    order_id = created.json()["order_id"]
+    assert available(make_run) == before - 1
+
+    # Nobody pays; nothing else is started. make run's own sweeper cancels it once the 5 s have passed.
+    deadline = time.monotonic() + 60
+    while order(make_run, order_id)["status"] != "cancelled":
+        assert time.monotonic() < deadline, f"order not cancelled within 60 s:\n{make_run.output()[-3000:]}"
+        time.sleep(0.2)  # polling interval of a deadline loop
+    assert available(make_run) == before
+    assert "1 orders cancelled (payment_timeout)" in make_run.output()
+
+    # The README's examples, verbatim but for the port: the catalogue, checkout, replay, order, cancel, probes …
+    api = readme_block("curl -s localhost:8000/v1/products").replace("localhost:8000", f"localhost:{make_run.port}")
+    shown = subprocess.run(  # noqa: S603
+        ["bash", "-euo", "pipefail", "-c", api],  # noqa: S607
+        cwd=ROOT,
+        env=make_run.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r'"status":\s*"pending_payment"', shown.stdout), shown.stdout
+    assert '"internal_error"' not in shown.stdout
+    # … and the webhook signed with the secret read from .env: the signature is accepted (not 401).
+    webhook = readme_block("openssl dgst").replace("localhost:8000", f"localhost:{make_run.port}")
+    signed = subprocess.run(  # noqa: S603
+        ["bash", "-euo", "pipefail", "-c", webhook],  # noqa: S607
+        cwd=ROOT,
+        env=make_run.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert signed.returncode == 0, signed.stderr
+    assert signed.stdout.startswith("{") and "invalid_signature" not in signed.stdout, signed.stdout
+
+    alive = make_run.stop("SIGTERM")
+    assert alive == []
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"{make_run.base}/healthz", timeout=2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_ctrl_c_stops_web_and_sweeper_with_no_process_left(make_run: MakeRun) -> None:
+    make_run.wait_ready()
+    names = " ".join(" ".join(p.cmdline()) for p in make_run.tree())
+    assert "gunicorn" in names and "expire_reservations --loop" in names  # both run under make
+    alive = make_run.stop("Ctrl-C")
+    assert alive == []
+    out = make_run.output()
+    assert "SIGINT received" in out and "expire_reservations: stopped" in out
