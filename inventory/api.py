@@ -26,7 +26,7 @@ def product_data(product: ProductView) -> dict[str, Any]:
         "sale_starts_at": product.sale_starts_at,
         "sale_ends_at": product.sale_ends_at,
         "sale": product.sale,
-        "seconds_to_start": None if product.seconds_to_start is None else float(product.seconds_to_start),
+        "seconds_to_start": None if product.seconds_to_start is None else round(float(product.seconds_to_start), 3),
     }
 
 

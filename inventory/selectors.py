@@ -12,9 +12,8 @@ SALE_SCHEDULED, SALE_OPEN, SALE_ENDED = "scheduled", "open", "ended"
 SALE_STATE_SQL = f"""CASE WHEN p.sale_starts_at > now() THEN '{SALE_SCHEDULED}'
          WHEN p.sale_ends_at <= now() THEN '{SALE_ENDED}'
          WHEN p.sale_starts_at IS NOT NULL OR p.sale_ends_at IS NOT NULL THEN '{SALE_OPEN}' END"""
-# Seconds from now to the opening of a scheduled sale (NULL otherwise), to the millisecond.
-SECONDS_TO_START_SQL = """CASE WHEN p.sale_starts_at > now()
-         THEN round(extract(epoch FROM p.sale_starts_at - now()), 3) END"""
+# Seconds from now to the opening of a scheduled sale (NULL otherwise), to the microsecond.
+SECONDS_TO_START_SQL = """CASE WHEN p.sale_starts_at > now() THEN extract(epoch FROM p.sale_starts_at - now()) END"""
 # The unit price a checkout charges: the sale price inside an open window, the regular price otherwise.
 UNIT_PRICE_SQL = f"""CASE WHEN p.sale_price IS NOT NULL AND ({SALE_STATE_SQL}) = '{SALE_OPEN}'
          THEN p.sale_price ELSE p.price END"""
