@@ -70,10 +70,12 @@ class Product(models.Model):
                 | Q(sale_ends_at__isnull=True)
                 | Q(sale_ends_at__gt=F("sale_starts_at")),
                 name="products_sale_window_ends_after_start",
+                violation_error_message="The sale must end after it starts.",
             ),
             models.CheckConstraint(
                 condition=Q(sale_price__isnull=True) | Q(sale_starts_at__isnull=False) | Q(sale_ends_at__isnull=False),
                 name="products_sale_price_needs_window",
+                violation_error_message="A sale price needs a sale window (a start, an end or both).",
             ),
         ]
 
