@@ -14,12 +14,13 @@ from django.db import connection, connections
 from rest_framework.test import APIClient
 
 from devtools.testing import assert_invariants, run_concurrently, wait_until
-from inventory import sales, services, soldout
+from inventory import services, soldout
 from inventory.exceptions import SaleNotStarted
 from inventory.models import Inventory, StockMovement
 from inventory.tests.test_sale_window import set_window
 from orders.audit import audit_inventory
 from orders.models import Order, OrderLine, Reservation
+from payments import checkout
 from payments.models import IdempotencyKey, PaymentAttempt
 from payments.testing import STRATEGIES
 from payments.tests.test_webhook import SECRET, deliver, event
@@ -164,8 +165,8 @@ def test_a_409_sale_not_started_is_not_stored_so_the_same_key_buys_once_the_sale
 
 @pytest.mark.django_db
 def test_control_a_stored_sale_not_started_would_replay_409_after_the_opening(api, make_product, monkeypatch):
-    """CONTROL: were sale_not_started storable (no Retry-After), the client's key would be burnt before the sale."""
-    monkeypatch.setattr(SaleNotStarted, "retry_after", None)
+    """CONTROL: the naive rule "store every 4xx under its key" burns the client's key before the sale opens."""
+    monkeypatch.setattr(checkout, "_replayable", lambda exc: 400 <= exc.http_status < 500)
     product = make_product(stock=5)
     set_window(product, starts_in=10, ends_in=60)
 
@@ -414,10 +415,11 @@ def test_control_a_web_server_clock_one_second_fast_sells_before_the_opening(mak
 
     def by_the_web_server_clock(quotes):
         fast_now = timezone.now() + timedelta(seconds=1)
-        if any(q.sale_starts_at is not None and fast_now < q.sale_starts_at for q in quotes.values()):
-            raise SaleNotStarted(retry_after_seconds=1)
+        early = [pid for pid, q in quotes.items() if q.sale_starts_at is not None and fast_now < q.sale_starts_at]
+        if early:
+            raise SaleNotStarted(product_ids=early, starts_at=quotes[early[0]].sale_starts_at, retry_after_seconds=1)
 
-    monkeypatch.setattr(sales, "refuse_outside_window", by_the_web_server_clock)
+    monkeypatch.setattr(checkout, "_refuse_outside_sale_window", by_the_web_server_clock)
     product = make_product(stock=1, price="30.00")
     clients = [client_for(make_customer()) for _ in range(5)]
     setup_sale(product, "--stock", "5", "--starts-in", "0.5", "--duration", "600")
