@@ -8,6 +8,9 @@ User classes:
 * ``Shopper`` - browses, checks out random products 102-108, pays through a signed webhook (or cancels, or
   abandons the order), and reads the order back.
 * ``WebhookReplayer`` - re-delivers events that were already applied; each must answer 200 ``duplicate``.
+* ``OpeningBuyer`` - the opening of a sale window: polls product 101, counts down from its ``seconds_to_start``,
+  fires one checkout at the opening (again after a ``409 sale_not_started``), and the run quits once all
+  ``OPENING_BUYERS`` have a final answer; reports p50/p99 of the opening second and the buyers answered within 1 s.
 
 Any 5xx or other unexpected status is a failure. When Locust quits, the invariants are checked:
 ``manage.py audit_inventory`` and "units held by orders for product 101 since the flash-sale setup <= the
@@ -21,6 +24,8 @@ Environment (all optional):
   FLASH_SALE_SINCE_ORDER_ID  highest order id right after ``flash_sale_setup``; when unset, this file runs
                              ``manage.py flash_sale_setup --stock FLASH_SALE_STOCK`` itself at test start.
   FLASH_SALE_BURST           number of FlashSaleBuyers released together, then quit (0: no barrier, no quit).
+  OPENING_BUYERS             number of OpeningBuyers (the run quits when all have a final answer).
+  OPENING_POLL_SECONDS       how often an OpeningBuyer polls the product before the last stretch (default 2).
   LOADTEST_SUMMARY           path of a JSON file to write the counters and check results to.
   DATABASE_URL               the database the server uses (for the checks; default: the embedded dev database).
 """
@@ -139,6 +144,108 @@ class FlashSaleBuyer(CustomerUser):
         if BURST and _burst_done == BURST:
             gevent.spawn_later(0.1, self.environment.runner.quit)
         raise StopUser()
+
+
+# The "opening" profile (docs/sale-windows.md): buyers poll the product, count down from the server's
+# seconds_to_start (never their own clock), fire at the opening, and the run reports the opening second.
+OPENING_BUYERS = int(os.environ.get("OPENING_BUYERS", "0"))
+OPENING_POLL_SECONDS = float(os.environ.get("OPENING_POLL_SECONDS", "2"))
+# Per checkout request: (sent at, answered at, status, code), on this machine's clock (time.time()); and each
+# buyer's estimate of the opening on that clock (now + seconds_to_start at its last poll).
+OPENING = {"requests": [], "estimates": [], "done": 0, "final": collections.Counter()}
+
+
+class OpeningBuyer(CustomerUser):
+    """Polls product 101 until its sale opens, fires one checkout at the opening, and stops with its final answer.
+    A 409 ``sale_not_started`` (it fired a little early) polls again and fires at the new countdown."""
+
+    wait_time = constant(0)
+    weight = 1
+
+    def poll(self):
+        """The product, and when its answer was computed on this machine's clock (the middle of the round trip)."""
+        sent = time.time()
+        with self.client.get(
+            f"/v1/products/{FLASH_PRODUCT}", name="GET /v1/products/101 [poll]", catch_response=True
+        ) as resp:
+            if not expect(resp, "poll 101", (200,)):
+                return None, sent
+            return resp.json(), (sent + time.time()) / 2
+
+    def wait_for_opening(self):
+        for _ in range(600):
+            product, computed_at = self.poll()
+            if product is None:
+                gevent.sleep(OPENING_POLL_SECONDS)
+                continue
+            if product["sale"] != "scheduled":
+                return
+            opens_at = computed_at + product["seconds_to_start"]
+            OPENING["estimates"].append(opens_at)
+            if opens_at - time.time() <= OPENING_POLL_SECONDS:
+                gevent.sleep(max(opens_at - time.time(), 0))
+                return
+            gevent.sleep(OPENING_POLL_SECONDS * random.uniform(0.8, 1.0))
+
+    @task
+    def buy_at_opening(self):
+        for _ in range(20):
+            self.wait_for_opening()
+            sent = time.time()
+            with self.client.post(
+                "/v1/checkout",
+                json={"items": [{"product_id": FLASH_PRODUCT, "qty": 1}]},
+                headers=self.auth,
+                name="POST /v1/checkout [opening]",
+                catch_response=True,
+            ) as resp:
+                code = (resp.json() or {}).get("code") if resp.status_code in (409, 410) else None
+                OPENING["requests"].append((sent, time.time(), resp.status_code, code))
+                key = f"opening {resp.status_code} {code}" if code else f"opening {resp.status_code}"
+                count("checkout opening", key.removeprefix("opening "))
+                if resp.status_code == 201 or (
+                    resp.status_code == 409 and code in ("stock_conflict", "sale_not_started")
+                ):
+                    resp.success()
+                else:
+                    resp.failure(f"unexpected {resp.status_code}: {(resp.text or '')[:200]}")
+            if code != "sale_not_started":
+                break
+        OPENING["final"][f"{resp.status_code} {code}" if code else str(resp.status_code)] += 1
+        OPENING["done"] += 1
+        if OPENING["done"] == OPENING_BUYERS:
+            gevent.spawn_later(0.1, self.environment.runner.quit)
+        raise StopUser()
+
+
+def opening_report():
+    """p50/p99 of the checkouts sent in the opening second, and how many buyers had their final answer within 1 s
+    of the opening (both on this machine's clock, the opening as the buyers estimated it from seconds_to_start)."""
+    if not OPENING["estimates"] or not OPENING["requests"]:
+        return {}
+    estimates = sorted(OPENING["estimates"])
+    opening = estimates[len(estimates) // 2]
+    in_second = sorted(
+        (answered - sent) * 1000 for sent, answered, _s, _c in OPENING["requests"] if opening <= sent < opening + 1
+    )
+
+    def pct(values, q):
+        return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else None
+
+    # One final answer per buyer: its last request (the ones before it were sale_not_started).
+    finals = [answered for _sent, answered, _status, code in OPENING["requests"] if code != "sale_not_started"]
+    return {
+        "opening_buyers": OPENING_BUYERS,
+        "opening_estimate_spread_ms": round((estimates[-1] - estimates[0]) * 1000, 1),
+        "opening_second_requests": len(in_second),
+        "opening_second_p50_ms": pct(in_second, 0.5),
+        "opening_second_p99_ms": pct(in_second, 0.99),
+        "opening_sent_early": sum(1 for sent, _a, _s, _c in OPENING["requests"] if sent < opening),
+        "opening_sale_not_started": sum(1 for *_x, code in OPENING["requests"] if code == "sale_not_started"),
+        "answered_within_1s": sum(1 for answered in finals if answered < opening + 1),
+        "last_answer_after_opening_ms": round((max(finals) - opening) * 1000, 1) if finals else None,
+        "opening_finals": dict(OPENING["final"]),
+    }
 
 
 def post_webhook(client, body, header, name):
@@ -286,6 +393,12 @@ def _check_invariants(environment, **_kwargs):
         print(f"  {key:<22} {statuses}")
     flash = COUNTS.get(f"checkout {FLASH_PRODUCT}", collections.Counter())
     created, conflicts = flash.get("201", 0), flash.get("409", 0)
+    opening = opening_report() if OPENING_BUYERS else {}
+    if OPENING_BUYERS:
+        created, conflicts = OPENING["final"].get("201", 0), OPENING["final"].get("409 stock_conflict", 0)
+        print("opening: " + ", ".join(f"{k}={v}" for k, v in opening.items()), flush=True)
+        if OPENING["done"] != OPENING_BUYERS:
+            violations.append(f"{OPENING_BUYERS} opening buyers but only {OPENING['done']} got a final answer")
     print(f"flash sale (product {FLASH_PRODUCT}, stock {FLASH_SALE_STOCK}): created={created} conflict={conflicts}")
     server_errors = sum(n for counter in COUNTS.values() for status, n in counter.items() if status.startswith("5"))
     if total.num_failures:
@@ -341,6 +454,7 @@ def _check_invariants(environment, **_kwargs):
                     "p99_ms": total.get_response_time_percentile(0.99),
                     "rps": total.total_rps,
                     "violations": violations,
+                    **opening,
                 },
                 indent=2,
             )

@@ -6,7 +6,12 @@ Profiles (each ends with the invariant checks in locustfile.py: audit_inventory 
                 released together. Must end with exactly 1 created, 99 conflicts, no 5xx, audit clean.
 2. mixed        Shoppers (browse, buy 102-108, pay by signed webhook, cancel) and WebhookReplayers for a bounded
                 time (default 30 s). No failure, every replay a duplicate, audit clean.
-3. ticket-1000  the seed's ticket case: 1000 buyers, one unit, exactly one sale.
+3. opening      a sale window (docs/sale-windows.md): flash_sale_setup --stock 50 --starts-in 15 --price 99000
+                --max-per-customer 1; 300 OpeningBuyers poll product 101, count down from seconds_to_start and fire
+                at the opening. Must end with exactly 50 created at the sale price, none before sale_starts_at, the
+                rest 409 stock_conflict, no 5xx, audit clean; reports p50/p99 of the opening second and how many
+                buyers were answered within 1 s of the opening.
+4. ticket-1000  the seed's ticket case: 1000 buyers, one unit, exactly one sale.
 
 ``--naive`` (or BENCH_NAIVE=1) serves the same stack with bench/naive_gunicorn.conf.py, which swaps the stock
 reservation for a read-check-write (TEST ONLY): the run must then FAIL with an oversell. It uses its own
@@ -57,6 +62,7 @@ def run_locust(
     burst: int = 0,
     stock: int = 1,
     since_order_id: int | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     summary_path = RESULTS / f"loadtest-{name}.json"
     summary_path.unlink(missing_ok=True)
@@ -74,6 +80,7 @@ def run_locust(
     )
     if since_order_id is not None:
         env["FLASH_SALE_SINCE_ORDER_ID"] = str(since_order_id)
+    env.update(extra_env or {})
     cmd = [
         LOCUST,
         "-f",
@@ -106,6 +113,36 @@ def run_locust(
     return summary
 
 
+OPENING_BUYERS, OPENING_STOCK, OPENING_STARTS_IN = 300, 50, 15
+
+
+def opening(*, base: str, url: str, secret: str, tokens_file: Path) -> dict[str, Any]:
+    """The opening second of a sale window: OPENING_BUYERS poll, count down and fire at the opening for
+    OPENING_STOCK units at the sale price, one per customer."""
+    since = flash_sale_setup(
+        url,
+        OPENING_STOCK,
+        *("--starts-in", str(OPENING_STARTS_IN), "--duration", "600", "--price", "99000", "--max-per-customer", "1"),
+    )
+    result = run_locust(
+        name="opening",
+        base=base,
+        url=url,
+        secret=secret,
+        users=OPENING_BUYERS,
+        classes=["OpeningBuyer"],
+        run_time=f"{OPENING_STARTS_IN + 120}s",
+        tokens_file=tokens_file,
+        stock=OPENING_STOCK,
+        since_order_id=since,
+        extra_env={"OPENING_BUYERS": str(OPENING_BUYERS)},
+    )
+    result["expect"] = f"exactly {OPENING_STOCK} created at the sale price, none before the opening"
+    if result.get("created") != OPENING_STOCK:
+        result.setdefault("violations", []).append(f"expected {OPENING_STOCK} sales, got {result.get('created')}")
+    return result
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.loadtest")
     parser.add_argument("--naive", action="store_true", help="TEST ONLY: serve with the read-check-write reservation")
@@ -114,7 +151,12 @@ def main(argv=None):
     parser.add_argument(
         "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", (os.cpu_count() or 2) + 1))
     )
+    parser.add_argument("--only", action="append", metavar="PROFILE", help="run only these profiles (repeatable)")
     args = parser.parse_args(argv)
+
+    def wanted(profile: str) -> bool:
+        return not args.only or profile in args.only
+
     naive = args.naive or os.environ.get("BENCH_NAIVE") == "1"
     RESULTS.mkdir(exist_ok=True)
 
@@ -160,8 +202,11 @@ def main(argv=None):
                 result.setdefault("violations", []).append(f"expected exactly 1 sale, got {result.get('created')}")
             return result
 
-        results.append(flash_sale("flash-100", 100, "120s"))
-        if not naive:
+        if wanted("flash-100"):
+            results.append(flash_sale("flash-100", 100, "120s"))
+        if not naive and wanted("opening"):
+            results.append(opening(base=base, url=url, secret=secret, tokens_file=tokens_file))
+        if not naive and wanted("mixed"):
             since = flash_sale_setup(url, 1)
             r = run_locust(
                 name="mixed",
@@ -176,7 +221,8 @@ def main(argv=None):
             )
             r["expect"] = "no failure, replays are duplicates"
             results.append(r)
-        results.append(flash_sale("ticket-1000", 1000, "180s"))
+        if wanted("ticket-1000"):
+            results.append(flash_sale("ticket-1000", 1000, "180s"))
     finally:
         if server:
             logged = server.errors_in_log()
@@ -206,6 +252,14 @@ def main(argv=None):
             f"{r.get('failures', 0):>4} {r.get('p50_ms') or 0:>6.0f} {r.get('p99_ms') or 0:>6.0f}  "
             f"{'FAIL: ' + '; '.join(r.get('violations') or ['locust exit code ' + str(r['exit_code'])]) if bad else 'ok (' + r['expect'] + ')'}"
         )
+    for r in results:
+        if r["name"] == "opening" and r.get("opening_buyers"):
+            print(
+                f"opening second: {r.get('opening_second_requests')} checkouts sent, p50 {r.get('opening_second_p50_ms')} ms, "
+                f"p99 {r.get('opening_second_p99_ms')} ms; {r.get('answered_within_1s')}/{r['opening_buyers']} buyers "
+                f"answered within 1 s of the opening (last after {r.get('last_answer_after_opening_ms')} ms); "
+                f"{r.get('opening_sale_not_started')} fired early and got 409 sale_not_started"
+            )
     (RESULTS / ("loadtest-naive.json" if naive else "loadtest.json")).write_text(json.dumps(results, indent=2))
     if failed:
         print("make loadtest: FAILED" + (" (as it must with the naive reservation)" if naive else ""))

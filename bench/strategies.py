@@ -153,7 +153,8 @@ def _quote_read(pids: list[str]) -> str:
         service_sql()["QUOTES_SQL"], customer_lock=":lockkey", product_ids=_array([f":{p}" for p in pids])
     )
     return f"""SELECT min(q.available) AS avail, sum(q.price) AS total, {cols}
-FROM ({quotes}) AS q(id, price, available, strategy, version, max_per_customer, customer_locked) \\gset"""
+FROM ({quotes}) AS q(id, price, available, strategy, version, max_per_customer, sale, sale_starts_at,
+    seconds_to_start, customer_locked) \\gset"""
 
 
 def _order_insert(pids: list[str]) -> str:

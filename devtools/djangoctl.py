@@ -66,11 +66,32 @@ def flash_sale_check(product: int, since_order_id: int, stock: int, client_creat
             [product, since_order_id],
         )
         orders, units = cursor.fetchone()
+        # With a sale window: no order before its start, every line at the sale price (docs/sale-windows.md).
+        cursor.execute(
+            """
+            SELECT p.sale_starts_at IS NOT NULL, p.sale_price,
+                   (SELECT COUNT(*) FROM orders o JOIN order_lines l ON l.order_id = o.id
+                    WHERE l.product_id = p.id AND o.id > %s AND o.created_at < p.sale_starts_at),
+                   (SELECT array_agg(DISTINCT l.unit_price::text) FROM orders o JOIN order_lines l ON l.order_id = o.id
+                    WHERE l.product_id = p.id AND o.id > %s)
+            FROM products p WHERE p.id = %s
+            """,
+            [since_order_id, since_order_id, product],
+        )
+        windowed, sale_price, before_start, unit_prices = cursor.fetchone()
     ok = units <= stock and (client_created is None or client_created <= stock)
     print(
         f"{'ok  ' if ok else 'FAIL'} orders created for product {product} since the setup: {orders} orders, "
         f"{units} units; 201 responses seen by the clients: {client_created}; flash-sale stock {stock}"
     )
+    if windowed:
+        prices_ok = sale_price is None or set(unit_prices or []) <= {str(sale_price)}
+        window_ok = before_start == 0 and prices_ok
+        ok = ok and window_ok
+        print(
+            f"{'ok  ' if window_ok else 'FAIL'} sale window: {before_start} orders created before sale_starts_at; "
+            f"unit prices {sorted(unit_prices or [])} (sale price {sale_price})"
+        )
     return ok
 
 

@@ -270,6 +270,36 @@ MUTATIONS = [
         ("skincare/tests/test_openapi.py::test_the_schema_is_generated_once_per_process",),
     ),
     Mutation(
+        "sale-window-unchecked",
+        "checkout ignores the sale window (the quote's state is never looked at)",
+        "payments/checkout.py",
+        "    _refuse_outside_sale_window(quotes)\n",
+        "\n",
+        (
+            "payments/tests/test_sale_window.py::test_before_the_window_409_sale_not_started_with_retry_after_and_nothing_written",
+        ),
+    ),
+    Mutation(
+        "sale-price-ignored",
+        "checkout charges the regular price inside an open sale window",
+        "inventory/selectors.py",
+        "THEN p.sale_price ELSE p.price END",
+        "THEN p.price ELSE p.price END",
+        (
+            "payments/tests/test_sale_window.py::test_inside_the_window_the_sale_price_is_the_unit_price_and_the_amount_the_webhook_must_match",
+        ),
+    ),
+    Mutation(
+        "sale-not-started-stored",
+        "a 409 sale_not_started loses its Retry-After and is stored under the Idempotency-Key",
+        "inventory/exceptions.py",
+        "self.retry_after = max(retry_after_seconds, 1)",
+        "self.retry_after = None",
+        (
+            "payments/tests/test_sale_window.py::test_a_409_sale_not_started_is_not_stored_so_the_same_key_buys_once_the_sale_opens",
+        ),
+    ),
+    Mutation(
         "upward-import",
         "inventory imports orders (the dependency guard must notice)",
         "inventory/selectors.py",

@@ -118,8 +118,10 @@ def ctl(url: str, *args: str) -> str:
     return proc.stdout
 
 
-def flash_sale_setup(url: str, stock: int) -> int:
-    proc = manage(url, "flash_sale_setup", "--stock", str(stock))
+def flash_sale_setup(url: str, stock: int, *window: str) -> int:
+    """``manage.py flash_sale_setup --stock N`` (plus sale window options, e.g. ``--starts-in 10``); returns the
+    highest order id right after it."""
+    proc = manage(url, "flash_sale_setup", "--stock", str(stock), *window)
     for token in proc.stdout.split():
         if token.startswith("max_order_id="):
             return int(token.split("=", 1)[1])

@@ -1,5 +1,6 @@
 """Inventory's domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
 
+from datetime import datetime
 from typing import Any
 
 from skincare.errors import DomainError
@@ -107,3 +108,30 @@ class LockBusy(_ProductsError):
     http_status = 409
     retry_after = 1
     default_message = "This product is being bought by someone else right now; please retry in a moment."
+
+
+class SaleNotStarted(_ProductsError):
+    """A checkout of a product whose sale window has not opened yet by the database clock of the checkout's
+    transaction. ``starts_at`` is when the last of ``product_ids`` opens; ``retry_after`` the whole seconds until
+    then (at least 1), per instance. Retryable, so never stored under an Idempotency-Key: the same key can buy once
+    the sale opens."""
+
+    code = "sale_not_started"
+    http_status = 409
+    default_message = "The sale has not started yet; retry after the time in Retry-After."
+
+    def __init__(self, *, product_ids: list[int], starts_at: datetime, retry_after_seconds: int) -> None:
+        super().__init__(product_ids=product_ids)
+        self.starts_at = starts_at
+        self.retry_after = max(retry_after_seconds, 1)
+
+    def data(self) -> dict[str, Any]:
+        return {"product_ids": self.product_ids, "starts_at": self.starts_at.isoformat()}
+
+
+class SaleEnded(_ProductsError):
+    """A checkout of a product whose sale window has closed by the database clock. Retrying cannot help."""
+
+    code = "sale_ended"
+    http_status = 410
+    default_message = "The sale has ended."

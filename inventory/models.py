@@ -1,6 +1,6 @@
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 
 class InventoryStrategy(models.TextChoices):
@@ -31,6 +31,22 @@ class Product(models.Model):
     max_per_customer = models.PositiveIntegerField(
         null=True, blank=True, help_text="Most units one customer may hold (pending and paid orders); empty = no limit."
     )
+    # A sale window (docs/sale-windows.md): checkouts before sale_starts_at get 409 sale_not_started, from
+    # sale_ends_at on 410 sale_ended, inside it the unit price is sale_price (when set). Either end may be empty;
+    # both empty = no window (always on sale). The database clock decides, never the client's or the web server's.
+    sale_starts_at = models.DateTimeField(
+        null=True, blank=True, help_text="Checkouts open at this time (database clock); empty = already open."
+    )
+    sale_ends_at = models.DateTimeField(
+        null=True, blank=True, help_text="Checkouts close at this time (database clock); empty = never close."
+    )
+    sale_price = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="Unit price inside the sale window; empty = the regular price. Needs a window.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -45,6 +61,21 @@ class Product(models.Model):
             models.CheckConstraint(
                 condition=Q(max_per_customer__isnull=True) | Q(max_per_customer__gte=1),
                 name="products_max_per_customer_gte_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(sale_price__isnull=True) | Q(sale_price__gte=0), name="products_sale_price_gte_0"
+            ),
+            models.CheckConstraint(
+                condition=Q(sale_starts_at__isnull=True)
+                | Q(sale_ends_at__isnull=True)
+                | Q(sale_ends_at__gt=F("sale_starts_at")),
+                name="products_sale_window_ends_after_start",
+                violation_error_message="The sale must end after it starts.",
+            ),
+            models.CheckConstraint(
+                condition=Q(sale_price__isnull=True) | Q(sale_starts_at__isnull=False) | Q(sale_ends_at__isnull=False),
+                name="products_sale_price_needs_window",
+                violation_error_message="A sale price needs a sale window (a start, an end or both).",
             ),
         ]
 

@@ -19,6 +19,26 @@ class ProductSerializer(serializers.Serializer):
     max_per_customer = serializers.IntegerField(
         allow_null=True, help_text="Units one customer may hold (pending + paid); null = no limit."
     )
+    sale_price = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        coerce_to_string=True,
+        allow_null=True,
+        help_text="Unit price inside the sale window; null = the regular price.",
+    )
+    sale_starts_at = serializers.DateTimeField(allow_null=True, help_text="Checkouts open at this time; null = open.")
+    sale_ends_at = serializers.DateTimeField(allow_null=True, help_text="Checkouts close at this time; null = never.")
+    sale = serializers.ChoiceField(
+        choices=["scheduled", "open", "ended"],
+        allow_null=True,
+        help_text="The sale window's state by the database clock; null when the product has no window. Before it, "
+        "checkout answers 409 sale_not_started; after it, 410 sale_ended.",
+    )
+    seconds_to_start = serializers.FloatField(
+        allow_null=True,
+        help_text="Seconds until the sale opens by the database clock (scheduled only; to the millisecond). "
+        "Count down from this, not from your own clock.",
+    )
 
 
 class ProductListSerializer(serializers.Serializer):

@@ -1,7 +1,22 @@
+from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple
 
 from django.db import connection
+
+# A product's sale window by the database clock (docs/sale-windows.md): 'scheduled' before sale_starts_at,
+# 'ended' from sale_ends_at on, 'open' in between, NULL when the product has no window. ``now()`` is the start of
+# the reading transaction: in a checkout that is never later than the order's created_at, so an order can never be
+# created before sale_starts_at.
+SALE_SCHEDULED, SALE_OPEN, SALE_ENDED = "scheduled", "open", "ended"
+SALE_STATE_SQL = f"""CASE WHEN p.sale_starts_at > now() THEN '{SALE_SCHEDULED}'
+         WHEN p.sale_ends_at <= now() THEN '{SALE_ENDED}'
+         WHEN p.sale_starts_at IS NOT NULL OR p.sale_ends_at IS NOT NULL THEN '{SALE_OPEN}' END"""
+# Seconds from now to the opening of a scheduled sale (NULL otherwise), to the microsecond.
+SECONDS_TO_START_SQL = """CASE WHEN p.sale_starts_at > now() THEN extract(epoch FROM p.sale_starts_at - now()) END"""
+# The unit price a checkout charges: the sale price inside an open window, the regular price otherwise.
+UNIT_PRICE_SQL = f"""CASE WHEN p.sale_price IS NOT NULL AND ({SALE_STATE_SQL}) = '{SALE_OPEN}'
+         THEN p.sale_price ELSE p.price END"""
 
 
 class ProductView(NamedTuple):
@@ -14,11 +29,17 @@ class ProductView(NamedTuple):
     max_per_customer: int | None
     available_stock: int
     inventory_strategy: str
+    sale_price: Decimal | None
+    sale_starts_at: datetime | None
+    sale_ends_at: datetime | None
+    sale: str | None  # scheduled | open | ended, None without a window (database clock)
+    seconds_to_start: Decimal | None  # scheduled only
 
 
 # Fixed statements: a product read is one round trip and no ORM compilation (docs/benchmarks.md).
-_PRODUCTS_SQL = """
-SELECT p.id, p.sku, p.name, p.price, p.max_per_customer, COALESCE(i.available_stock, 0), p.inventory_strategy
+_PRODUCTS_SQL = f"""
+SELECT p.id, p.sku, p.name, p.price, p.max_per_customer, COALESCE(i.available_stock, 0), p.inventory_strategy,
+       p.sale_price, p.sale_starts_at, p.sale_ends_at, {SALE_STATE_SQL}, {SECONDS_TO_START_SQL}
 FROM products p LEFT JOIN inventories i ON i.product_id = p.id
 WHERE p.is_active
 """

@@ -11,6 +11,7 @@ that whole transaction.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -31,6 +32,7 @@ from inventory.exceptions import (
 )
 from inventory.models import Inventory, InventoryStrategy, Product, StockMovement
 from skincare.db import RetryTransaction, sqlstate
+from skincare.errors import InvalidInput
 from skincare.locks import advisory_xact_lock, require_transaction
 
 Reason = StockMovement.Reason
@@ -314,3 +316,41 @@ def product_create(
             rows=[LedgerRow(product.pk, initial_stock, 0)], reason=Reason.RESTOCK, actor=actor, note="initial stock"
         )
     return product
+
+
+@transaction.atomic
+def product_sale_set(
+    *,
+    product_id: int,
+    starts_at: datetime | None,
+    ends_at: datetime | None,
+    sale_price: Decimal | None,
+    max_per_customer: int | None,
+) -> Product:
+    """Set (or clear, with all three None) a product's sale window, its sale price and its per-customer limit.
+
+    Times are absolute; callers that think in "starts in N seconds" add N to ``skincare.db.db_now()`` (the
+    database clock that checkouts compare them with). Safe during a sale: a checkout reads the window in the same
+    statement as its stock and price, so each checkout sees either the old window or the new one, never a mix.
+    Bad values raise ``InvalidInput`` and write nothing."""
+    problems = []
+    if starts_at is not None and ends_at is not None and ends_at <= starts_at:
+        problems.append("the sale must end after it starts")
+    if sale_price is not None and sale_price < 0:
+        problems.append("the sale price must not be negative")
+    if sale_price is not None and starts_at is None and ends_at is None:
+        problems.append("a sale price needs a sale window (a start, an end or both)")
+    if max_per_customer is not None and max_per_customer < 1:
+        problems.append("max_per_customer must be at least 1 (or empty for no limit)")
+    if problems:
+        raise InvalidInput("; ".join(problems).capitalize() + ".", fields={"sale": problems})
+    updated = Product.objects.filter(pk=product_id).update(
+        sale_starts_at=starts_at,
+        sale_ends_at=ends_at,
+        sale_price=sale_price,
+        max_per_customer=max_per_customer,
+        updated_at=Now(),
+    )
+    if not updated:
+        raise ProductNotFound(product_id=product_id)
+    return Product.objects.get(pk=product_id)

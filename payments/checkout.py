@@ -18,7 +18,9 @@ statements follow is in ``skincare.locks``.
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
@@ -28,8 +30,9 @@ from django.db import connection, transaction
 
 from inventory import services as inventory_services
 from inventory import soldout
-from inventory.exceptions import InvalidProduct, StockConflict
+from inventory.exceptions import InvalidProduct, SaleEnded, SaleNotStarted, StockConflict
 from inventory.models import InventoryStrategy, StockMovement
+from inventory.selectors import SALE_ENDED, SALE_SCHEDULED, SALE_STATE_SQL, SECONDS_TO_START_SQL, UNIT_PRICE_SQL
 from inventory.services import ReserveLine
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
@@ -42,13 +45,19 @@ from skincare.errors import DomainError, InvalidInput
 from skincare.locks import advisory_key
 from skincare.validation import parse_rate
 
-# Prices, visible stock, strategy, version and per-customer limit of the products that are for sale (unknown and
-# inactive ids are absent). An unlocked read: it refuses early, it never decides a sale. The sub-select takes the
+# Unit prices, visible stock, strategy, version and per-customer limit of the products that are for sale (unknown
+# and inactive ids are absent). An unlocked read: it refuses early, it never decides a sale. The sub-select takes the
 # customer's checkout lock (step 3 of the lock order) in the same round trip; the customer's counts are read by the
 # next statement, whose snapshot is taken after the lock was granted.
-QUOTES_SQL = """
-SELECT p.id, p.price, COALESCE(i.available_stock, 0), p.inventory_strategy, COALESCE(i.version, 0),
-       p.max_per_customer, (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
+# It also decides the sale window (docs/sale-windows.md): the window's state and the unit price (the sale price
+# inside an open window) are computed here with ``now()``, this transaction's start, which is never later than the
+# order's created_at: no order is ever created before sale_starts_at. The window's expressions are the product
+# API's too (inventory.selectors), so the countdown a client sees and the checkout's decision are one rule.
+QUOTES_SQL = f"""
+SELECT p.id, {UNIT_PRICE_SQL} AS unit_price, COALESCE(i.available_stock, 0), p.inventory_strategy,
+       COALESCE(i.version, 0), p.max_per_customer, {SALE_STATE_SQL} AS sale, p.sale_starts_at,
+       {SECONDS_TO_START_SQL} AS seconds_to_start,
+       (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
 FROM products p LEFT JOIN inventories i ON i.product_id = p.id
 WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 """
@@ -116,11 +125,14 @@ ORDER_SQL_CONSTANTS = {
 class Quote(NamedTuple):
     """What :data:`QUOTES_SQL` says about one product."""
 
-    price: Decimal
+    price: Decimal  # the unit price to charge: the sale price inside an open sale window
     available: int
     strategy: str
     version: int
     max_per_customer: int | None
+    sale: str | None  # scheduled | open | ended by this transaction's clock; None without a window
+    sale_starts_at: datetime | None
+    seconds_to_start: Decimal | None  # scheduled only
 
 
 def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -145,7 +157,8 @@ def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
     deadline (``now() + RESERVATION_TTL_SECONDS`` by the database clock).
 
     Raises InvalidInput (400), InvalidProduct (422), StockConflict, LockBusy, PurchaseLimitExceeded,
-    TooManyPendingOrders (409); the runner turns lock timeouts into ServiceBusy (503).
+    TooManyPendingOrders, SaleNotStarted (409), SaleEnded (410); the runner turns lock timeouts into ServiceBusy
+    (503).
     """
     order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
     _reserve_stock(reserve)
@@ -155,7 +168,7 @@ def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
 def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderView, list[ReserveLine]]:
     """Everything before the stock: the early refusals, then the order's rows. Returns the order and what
     ``stock_reserve`` needs. Per-customer checks, in this order (docs/reliability.md): visibly short (409
-    stock_conflict), unknown product (422), ``max_per_customer`` (409 purchase_limit_exceeded),
+    stock_conflict), unknown product (422), outside its sale window (410 sale_ended / 409 sale_not_started), ``max_per_customer`` (409 purchase_limit_exceeded),
     ``MAX_PENDING_ORDERS_PER_CUSTOMER`` (409 too_many_pending_orders); the guarded UPDATE comes after."""
     remembered = soldout.known_short(quantities)
     if remembered:
@@ -166,10 +179,11 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
             QUOTES_SQL,
             {"customer_lock": advisory_key("customer_checkout", customer.pk), "product_ids": list(quantities)},
         )
-        quotes = {row[0]: Quote(*row[1:6]) for row in cursor.fetchall()}
+        quotes = {row[0]: Quote(*row[1:9]) for row in cursor.fetchall()}
     missing = sorted(set(quantities) - set(quotes))
     if missing:
         raise InvalidProduct(product_ids=missing)
+    _refuse_outside_sale_window(quotes)
     short = sorted(pid for pid, quote in quotes.items() if quote.available < quantities[pid])
     if short:
         for pid in short:
@@ -224,6 +238,24 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
     )
     reserve = [ReserveLine(pid, quantities[pid], quotes[pid].strategy, quotes[pid].version) for pid in product_ids]
     return order, reserve
+
+
+def _refuse_outside_sale_window(quotes: dict[int, Quote]) -> None:
+    """410 ``sale_ended`` if a product's window has closed (retrying cannot help), else 409 ``sale_not_started`` if
+    one has not opened yet, with ``Retry-After`` the whole seconds until the last of them opens (at least 1). Both by
+    the state QUOTES_SQL computed with this transaction's ``now()``; nothing is written before."""
+    ended = [pid for pid, quote in quotes.items() if quote.sale == SALE_ENDED]
+    if ended:
+        raise SaleEnded(product_ids=ended)
+    scheduled = [pid for pid, quote in quotes.items() if quote.sale == SALE_SCHEDULED]
+    if scheduled:
+        last = max((quotes[pid] for pid in scheduled), key=lambda quote: quote.seconds_to_start or 0)
+        assert last.sale_starts_at is not None and last.seconds_to_start is not None  # scheduled: both are set
+        raise SaleNotStarted(
+            product_ids=scheduled,
+            starts_at=last.sale_starts_at,
+            retry_after_seconds=math.ceil(last.seconds_to_start),
+        )
 
 
 def _reserve_stock(lines: list[ReserveLine]) -> None:

@@ -66,12 +66,20 @@ CHECKOUT = extend_schema(
             "Not enough stock (`product_ids` names every short product; an optimistic product that kept losing its "
             "version check adds `gave_up_after`); a `row_lock_nowait` product's row is busy (`lock_busy`, with "
             "Retry-After); the customer's `max_per_customer` or pending-order cap would be exceeded; a duplicate "
-            "Idempotency-Key without a stored answer (safety net, with Retry-After).",
+            "Idempotency-Key without a stored answer (safety net, with Retry-After); a product's sale window has not "
+            "opened yet by the database clock (`sale_not_started`: `product_ids`, `starts_at`, and Retry-After = the "
+            "whole seconds to the opening, at least 1; never stored under an Idempotency-Key, so the same key can buy "
+            "once the sale opens).",
             "stock_conflict",
             "lock_busy",
             "purchase_limit_exceeded",
             "too_many_pending_orders",
             "idempotency_key_in_progress",
+            "sale_not_started",
+        ),
+        410: error(
+            "A product's sale window has closed by the database clock (`product_ids` names them); nothing written.",
+            "sale_ended",
         ),
         413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
         415: error("The body is not `application/json`.", "unsupported_media_type"),

@@ -31,7 +31,11 @@ class ErrorSerializer(serializers.Serializer):
             "product_ids": serializers.ListField(
                 child=serializers.IntegerField(),
                 required=False,
-                help_text="409 stock_conflict / 422 invalid_product: every product that caused it.",
+                help_text="409 stock_conflict / 422 invalid_product / 409 sale_not_started / 410 sale_ended: every "
+                "product that caused it.",
+            ),
+            "starts_at": serializers.DateTimeField(
+                required=False, help_text="409 sale_not_started: when the cart's last product opens (database clock)."
             ),
         }
 

@@ -1,4 +1,6 @@
-"""Products in the admin: name, price and whether it is on sale. The stock counters are shown, never edited."""
+"""Products in the admin: name, price, whether it is on sale and its sale window (start, end, sale price). The stock
+counters are shown, never edited. Stock managers (``inventory.change_product``) edit the window; the database
+checks that it ends after it starts and that a sale price has a window (docs/sale-windows.md)."""
 
 from typing import Any
 
@@ -43,6 +45,9 @@ class ProductAdmin(admin.ModelAdmin):
         "max_per_customer",
         "is_active",
         "inventory_strategy",
+        "sale_starts_at",
+        "sale_ends_at",
+        "sale_price",
         "available_stock",
         "reserved_stock",
     ]
@@ -55,6 +60,7 @@ class ProductAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: Product | None = None) -> list[str]:
         fields = ["sku", "name", "price", "max_per_customer", "is_active", "inventory_strategy"]
+        fields += ["sale_starts_at", "sale_ends_at", "sale_price"]
         return [*fields, *([] if obj is None else ["created_at", "updated_at"])]
 
     def has_delete_permission(self, request: HttpRequest, obj: Product | None = None) -> bool:
@@ -85,6 +91,14 @@ class ProductAdmin(admin.ModelAdmin):
             initial_stock=0,
             actor=request.user,
         )
+        if obj.sale_starts_at or obj.sale_ends_at or obj.sale_price is not None:
+            created = services.product_sale_set(
+                product_id=created.pk,
+                starts_at=obj.sale_starts_at,
+                ends_at=obj.sale_ends_at,
+                sale_price=obj.sale_price,
+                max_per_customer=obj.max_per_customer,
+            )
         obj.pk = created.pk
         obj.created_at, obj.updated_at = created.created_at, created.updated_at
         obj._state.adding = False

@@ -21,6 +21,11 @@ def test_products_are_public_with_available_stock(client, make_product):
                 "max_per_customer": None,
                 "available_stock": 7,
                 "inventory_strategy": "guarded_update",
+                "sale_price": None,
+                "sale_starts_at": None,
+                "sale_ends_at": None,
+                "sale": None,
+                "seconds_to_start": None,
             }
         ]
     }

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 ENDPOINTS = {
-    ("post", "/v1/checkout"): {"201", "400", "401", "409", "413", "415", "422", "429", "500", "503"},
+    ("post", "/v1/checkout"): {"201", "400", "401", "409", "410", "413", "415", "422", "429", "500", "503"},
     ("get", "/v1/orders/{order_id}"): {"200", "401", "404", "500", "503"},
     ("post", "/v1/orders/{order_id}/cancel"): {"200", "401", "404", "409", "500", "503"},
     ("post", "/v1/payments/webhook"): {"200", "400", "401", "404", "413", "415", "500", "503"},

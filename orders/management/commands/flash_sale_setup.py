@@ -4,17 +4,31 @@ Cancels every pending order that holds the product (``ops_cancelled``: their res
 with a ledger row each), then counts the product's available stock to ``--stock`` (default 1) with
 ``stock_set_counted`` (reason note "flash sale setup"). Prints one line that the load tests parse: the highest
 order id at the end of the setup, so "orders created for the product since the setup" needs no clock.
+
+It also sets the sale window in the same run (``inventory.services.product_sale_set``, docs/sale-windows.md):
+``--starts-in SECONDS`` or ``--starts-at ISO8601``, ``--duration SECONDS`` or ``--ends-at ISO8601``, ``--price P``
+(the sale price) and ``--max-per-customer K``. Relative times count from the database clock. Without window
+options the product has no window (on sale at once, at its regular price, as before); without
+``--max-per-customer`` its limit is left as it is. A second line prints the window as the database sees it.
 """
 
+from argparse import ArgumentTypeError
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 from django.db.models import Max
 
 from inventory import services as inventory_services
 from inventory.exceptions import StaleStockVersion
-from inventory.models import Inventory
+from inventory.models import Inventory, Product
+from inventory.selectors import SALE_STATE_SQL, SECONDS_TO_START_SQL
 from orders import services as order_services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, Reservation
+from skincare.db import db_now
+from skincare.errors import InvalidInput
 
 FLASH_SALE_PRODUCT_ID = 101
 NOTE = "flash sale setup"
@@ -26,12 +40,46 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--stock", type=int, default=1, help="available stock to open the sale with (default 1)")
         parser.add_argument("--product", type=int, default=FLASH_SALE_PRODUCT_ID, help="product id (default 101)")
+        starts = parser.add_mutually_exclusive_group()
+        starts.add_argument(
+            "--starts-in", type=float, metavar="SECONDS", help="open the sale SECONDS from now (DB clock)"
+        )
+        starts.add_argument("--starts-at", type=_iso_datetime, metavar="ISO8601", help="open the sale at this time")
+        ends = parser.add_mutually_exclusive_group()
+        ends.add_argument("--duration", type=float, metavar="SECONDS", help="close the sale SECONDS after it opens")
+        ends.add_argument("--ends-at", type=_iso_datetime, metavar="ISO8601", help="close the sale at this time")
+        parser.add_argument("--price", type=_price, metavar="P", help="the sale price (needs a window)")
+        parser.add_argument(
+            "--max-per-customer", type=int, metavar="K", help="most units one customer may hold (default: unchanged)"
+        )
 
-    def handle(self, *args, stock, product, **options):
+    def handle(self, *args, stock, product, starts_in, starts_at, duration, ends_at, price, **options):
         if stock < 0:
             raise CommandError("--stock must not be negative")
         if not Inventory.objects.filter(product_id=product).exists():
             raise CommandError(f"product {product} has no inventory row (run load_demo_data first)")
+        for name, seconds in (("--starts-in", starts_in), ("--duration", duration)):
+            if seconds is not None and seconds < 0:
+                raise CommandError(f"{name} must not be negative")
+        # Relative times count from the database clock: the clock every checkout compares the window with.
+        now = db_now()
+        if starts_in is not None:
+            starts_at = now + timedelta(seconds=starts_in)
+        if duration is not None:
+            ends_at = (starts_at or now) + timedelta(seconds=duration)
+        max_per_customer = options["max_per_customer"]
+        if max_per_customer is None:
+            max_per_customer = Product.objects.values_list("max_per_customer", flat=True).get(pk=product)
+        try:
+            inventory_services.product_sale_set(
+                product_id=product,
+                starts_at=starts_at,
+                ends_at=ends_at,
+                sale_price=price,
+                max_per_customer=max_per_customer,
+            )
+        except InvalidInput as exc:
+            raise CommandError(exc.message) from None
         pending = list(
             Order.objects.filter(
                 status=Order.Status.PENDING_PAYMENT,
@@ -66,3 +114,49 @@ class Command(BaseCommand):
             f"reserved={inventory.reserved_stock}; {cancelled} pending orders cancelled (ops_cancelled); "
             f"max_order_id={max_order_id}"
         )
+        self.stdout.write(_window_line(product))
+
+
+def _iso_datetime(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ArgumentTypeError(f"not an ISO 8601 time: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise ArgumentTypeError(f"give a UTC offset (e.g. 2026-12-01T12:00:00+07:00): {value!r}")
+    return parsed
+
+
+def _price(value: str) -> Decimal:
+    try:
+        price = Decimal(value)
+    except InvalidOperation:
+        raise ArgumentTypeError(f"not a price: {value!r}") from None
+    if not price.is_finite() or price < 0 or price != price.quantize(Decimal("0.01")):
+        raise ArgumentTypeError(f"a price is a non-negative amount with at most 2 decimals: {value!r}")
+    return price
+
+
+def _iso(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.isoformat()
+
+
+def _window_line(product_id: int) -> str:
+    """The product's window as the database sees it right now (one statement: its clock, its state)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT now(), p.sale_starts_at, p.sale_ends_at, p.sale_price, p.price, p.max_per_customer, "
+            f"{SALE_STATE_SQL}, {SECONDS_TO_START_SQL} FROM products p WHERE p.id = %s",
+            [product_id],
+        )
+        now, starts_at, ends_at, sale_price, price, limit, state, seconds_to_start = cursor.fetchone()
+    if state is None:
+        window = "no sale window (on sale now at the regular price)"
+    else:
+        window = f"sale {state}: starts_at={_iso(starts_at)} ends_at={_iso(ends_at)}"
+        if seconds_to_start is not None:
+            window += f" (opens in {seconds_to_start} s)"
+    return (
+        f"flash_sale_setup: database now={_iso(now)}; {window}; "
+        f"price={sale_price if sale_price is not None else price} max_per_customer={limit if limit else '-'}"
+    )
