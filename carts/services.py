@@ -120,7 +120,7 @@ def cart_replace(*, customer: User, cart_id: uuid.UUID, items: Iterable[tuple[in
 
     Raises CartNotFound, CartExpired, CartCheckedOut, InvalidInput, InvalidProduct; any refusal rolls the whole
     transaction back, so nothing is written (the expiry is not moved either)."""
-    params = {
+    params: dict[str, Any] = {
         "id": cart_id,
         "customer_id": customer.pk,
         "open": Cart.Status.OPEN.value,
@@ -141,7 +141,7 @@ def cart_replace(*, customer: User, cart_id: uuid.UUID, items: Iterable[tuple[in
 
 def _claim(*, customer: User, cart_id: uuid.UUID) -> list[tuple[int, int]]:
     """Claim the customer's open cart for this transaction's checkout and return its items (product_id, qty)."""
-    params = {
+    params: dict[str, Any] = {
         "id": str(cart_id),
         "customer_id": customer.pk,
         "open": Cart.Status.OPEN.value,
@@ -255,7 +255,7 @@ def carts_prune(*, batch_size: int = 1000) -> int:
     their items; until then they answer 410 cart_expired / 409 cart_checked_out rather than 404. Batches of
     ``batch_size``, each its own short transaction; a cart locked right now (being replaced or checked out) is
     skipped, never waited for. Returns how many carts were deleted."""
-    params = {
+    params: dict[str, Any] = {
         "open": Cart.Status.OPEN.value,
         "checked_out": Cart.Status.CHECKED_OUT.value,
         "keep": settings.CART_RETENTION_SECONDS,
