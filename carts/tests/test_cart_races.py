@@ -13,7 +13,7 @@ from django.db import OperationalError, connection, transaction
 
 from carts import services
 from carts.exceptions import CartCheckedOut
-from carts.models import Cart
+from carts.models import Cart, CartItem
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order
@@ -78,6 +78,31 @@ def test_fifty_concurrent_checkouts_under_one_key_are_one_order_and_replays(make
         for r in others
     )
     assert Order.objects.count() == 1
+    assert_invariants()
+
+
+def test_replaces_racing_checkouts_the_order_is_exactly_the_cart_it_claimed(make_product, customer):
+    products = [make_product(stock=100) for _ in range(3)]
+    cart = services.cart_create(customer=customer, items=[(products[0].pk, 1)])
+
+    def act(i):
+        if i % 2:
+            return checkout(customer, cart.cart_id)
+        try:
+            return services.cart_replace(customer=customer, cart_id=cart.cart_id, items=[(products[i % 3].pk, i + 1)])
+        except CartCheckedOut as exc:
+            return exc
+
+    outcomes = run_concurrently(30, act)
+
+    assert [o.error for o in outcomes if o.error] == []
+    created = [o.value for o in outcomes if isinstance(o.value, CheckoutResult)]
+    assert len(created) == 1
+    order = Order.objects.get(pk=created[0].body["order_id"])
+    # No replace slipped in after the claim: the cart still holds exactly what became the order.
+    cart_items = sorted(CartItem.objects.filter(cart_id=cart.cart_id).values_list("product_id", "qty"))
+    assert sorted(order.lines.values_list("product_id", "qty")) == cart_items
+    assert Cart.objects.get(pk=cart.cart_id).order_id == order.pk
     assert_invariants()
 
 
