@@ -202,3 +202,33 @@ def test_control_a_cart_write_that_locks_the_stock_row_is_stuck_behind_a_checkou
     finally:
         holder.finish()
     assert not Cart.objects.exists()
+
+
+def test_a_cart_row_held_too_long_is_503_busy_and_nothing_written(make_product, api, short_lock_timeout):
+    product = make_product(stock=10)
+    cart = services.cart_create(customer=api.customer, items=[(product.pk, 1)])
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM carts WHERE id = %s FOR UPDATE", [cart.cart_id])
+            held.set()
+            release.wait(timeout=60)
+
+    holder = ThreadRun(hold, name="cart-holder")
+    assert held.wait(timeout=30)
+    try:
+        checkout_answer = api.post(f"/v1/carts/{cart.cart_id}/checkout")
+        replace_answer = api.put(
+            f"/v1/carts/{cart.cart_id}", {"items": [{"product_id": product.pk, "qty": 2}]}, format="json"
+        )
+    finally:
+        release.set()
+        assert holder.join().error is None
+
+    for response in (checkout_answer, replace_answer):
+        assert (response.status_code, response.json()["code"]) == (503, "busy")
+        assert response.headers["Retry-After"] == "1"
+    assert Order.objects.count() == 0
+    assert list(Cart.objects.values_list("status", flat=True)) == ["open"]
+    assert list(CartItem.objects.values_list("qty", flat=True)) == [1]
