@@ -1,7 +1,7 @@
 """Carts: created, replaced and checked out by their customer; expired by the database clock; pruned.
 
 A cart holds no stock and takes no inventory lock: creating or replacing one validates its items exactly as a
-checkout does (shape in the view, then ``orders.services.merge_quantities`` and one unlocked product read) and
+checkout does (shape in the view, then ``payments.checkout.merge_quantities`` and one unlocked product read) and
 writes only the cart's own rows. Stock is reserved when the cart is checked out, by the checkout itself.
 
 Checking a cart out claims it with one conditional UPDATE (``… WHERE status = 'open' AND expires_at > now()``) as
@@ -22,27 +22,28 @@ from carts.models import Cart, CartItem
 from carts.selectors import CartLine, CartView
 from inventory import selectors as inventory_selectors
 from inventory.exceptions import InvalidProduct
-from orders import services as order_services
-from orders.models import Order
-from payments import services as payment_services
-from payments.exceptions import IdempotencyKeyInProgress, IdempotencyKeyReused
-from payments.services import CheckoutResult, Render
-from skincare.api import error_body
+from orders.selectors import OrderView
+from payments import checkout
+from payments.checkout import KeyedCheckout
 from skincare.db import retry_transient
 from skincare.errors import DomainError
 
 
 def _validated_lines(items: Iterable[tuple[int, int]]) -> list[CartLine]:
     """The cart's lines, validated as a checkout validates them: one line per product and at most CHECKOUT_MAX_QTY
-    units of it (400), every product known and for sale (422). One unlocked read of prices and stock."""
-    quantities = order_services.merge_quantities(items)
-    quotes = inventory_selectors.product_quotes(product_ids=list(quantities))
-    missing = sorted(set(quantities) - set(quotes))
+    units of it (400, ``payments.checkout.merge_quantities``), every product known and for sale (422). One unlocked
+    read of prices and stock."""
+    quantities = checkout.merge_quantities(items)
+    products = inventory_selectors.products_for_sale(product_ids=list(quantities))
+    missing = sorted(set(quantities) - set(products))
     if missing:
         raise InvalidProduct(product_ids=missing)
     return [
         CartLine(
-            product_id=pid, qty=quantities[pid], unit_price=quotes[pid].price, available_stock=quotes[pid].available
+            product_id=pid,
+            qty=quantities[pid],
+            unit_price=products[pid].price,
+            available_stock=products[pid].available_stock,
         )
         for pid in sorted(quantities)
     ]
@@ -155,90 +156,59 @@ def _claim(*, customer: User, cart_id: uuid.UUID) -> list[tuple[int, int]]:
         return [(product_id, qty) for product_id, qty in cursor.fetchall()]
 
 
-def _link_order(*, cart_id: uuid.UUID, order: Order) -> None:
+def _link_order(*, cart_id: uuid.UUID, order: OrderView) -> None:
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE carts SET order_id = %s WHERE id = %s", [order.pk, cart_id])
-
-
-def cart_checkout_request(
-    *,
-    customer: User,
-    cart_id: uuid.UUID,
-    render: Render,
-    idempotency_key: str | None = None,
-    fingerprint: str | None = None,
-) -> CheckoutResult:
-    """A cart checkout as the API serves it: the checkout rate limit, then ``cart_checkout``."""
-    payment_services.checkout_rate_limit(customer=customer)
-    return cart_checkout(
-        customer=customer, cart_id=cart_id, render=render, idempotency_key=idempotency_key, fingerprint=fingerprint
-    )
-
-
-def _storable(exc: DomainError) -> bool:
-    """As on /v1/checkout: domain 4xx answers are stored under the key; retryable ones and 5xx are not."""
-    return 400 <= exc.http_status < 500 and exc.retry_after is None
+        cursor.execute("UPDATE carts SET order_id = %s WHERE id = %s", [order.order_id, cart_id])
 
 
 @retry_transient
 @transaction.atomic
-def cart_checkout(
-    *,
-    customer: User,
-    cart_id: uuid.UUID,
-    render: Render,
-    idempotency_key: str | None = None,
-    fingerprint: str | None = None,
-) -> CheckoutResult:
+def cart_checkout(*, customer: User, cart_id: uuid.UUID) -> OrderView:
     """Turn the customer's open cart into a ``pending_payment`` order, at most once.
 
-    One transaction: the ``Idempotency-Key`` (if any) is claimed first, as on /v1/checkout; then the cart is claimed
-    by a conditional UPDATE (``status = 'open' AND expires_at > now()``), which takes its row lock; then the
-    checkout's own statements run (``payments.services.checkout_in_transaction``: order, attempt, stock). The
-    cart is linked to its order before the stock is reserved, so nothing is added while the inventory row is locked.
-    A refusal of the checkout (409 stock_conflict, 422, …) rolls the claim back with everything else: the cart
-    stays open. Raises CartNotFound, CartExpired, CartCheckedOut and every refusal of ``checkout``.
-
-    With a key, domain refusals are stored and replayed like /v1/checkout's (the key's fingerprint names the cart).
+    One transaction: the cart is claimed by a conditional UPDATE (``status = 'open' AND expires_at > now()``), which
+    takes its row lock (``skincare.locks``, step 2½); then the checkout's own statements run
+    (``payments.checkout.checkout_in_transaction``: order, attempt, stock), and the cart is linked to its order
+    before the stock is reserved, so nothing is added while the inventory row is locked. A refusal of the checkout
+    (409 stock_conflict, 422, …) rolls the claim back with everything else: the cart stays open. Raises
+    CartNotFound, CartExpired, CartCheckedOut and every refusal of ``payments.checkout.checkout``.
     """
-    key_id: int | None = None
-    if idempotency_key is not None:
-        if fingerprint is None:
-            raise ValueError("an idempotent checkout needs the request's fingerprint")
-        claim = payment_services.idempotency_key_claim(customer=customer, key=idempotency_key, fingerprint=fingerprint)
-        if claim.key_id is None:
-            stored = claim.stored
-            if stored is None or stored.fingerprint != fingerprint:
-                raise IdempotencyKeyReused(idempotency_key=idempotency_key)
-            if stored.response_status is None:
-                raise IdempotencyKeyInProgress(idempotency_key=idempotency_key)
-            return CheckoutResult(status=stored.response_status, body=dict(stored.response_body or {}), replayed=True)
-        key_id = claim.key_id
-    savepoint = transaction.savepoint() if key_id is not None else None
-    created: dict[str, dict[str, Any]] = {}
+    items = _claim(customer=customer, cart_id=cart_id)
+    return checkout.checkout_in_transaction(
+        customer=customer, items=items, before_reserve=lambda order: _link_order(cart_id=cart_id, order=order)
+    )
 
-    def before_reserve(order: Order) -> None:
+
+@retry_transient
+@transaction.atomic
+def cart_checkout_idempotent(*, customer: User, cart_id: uuid.UUID, key: str, fingerprint: str) -> KeyedCheckout:
+    """:func:`cart_checkout` under an ``Idempotency-Key``, exactly as ``payments.checkout.checkout_idempotent``
+    keys a checkout (``fingerprint`` names the cart, so one key cannot replay another cart's answer).
+
+    The key is claimed first (step 1 of the lock order: a retry with the same key waits there and is answered from
+    it), then the cart (step 2½). A client error, the cart's own 404/409/410 included, rolls back to the savepoint
+    taken after the key claim (the cart stays as it was) and is stored as the key's answer.
+    """
+    key_id = checkout.claim_key(customer=customer, key=key, fingerprint=fingerprint)
+    if key_id is None:
+        return checkout.replay(customer=customer, key=key, fingerprint=fingerprint)
+    savepoint = transaction.savepoint()
+
+    def link_and_store(order: OrderView) -> None:
         _link_order(cart_id=cart_id, order=order)
-        if key_id is not None:
-            created["body"] = render(order)
-            payment_services.idempotency_key_complete(key_id=key_id, status=201, body=created["body"])
+        checkout.store_answer(key_id=key_id, status=201, body=order.to_json())
 
     try:
         items = _claim(customer=customer, cart_id=cart_id)
-        order = payment_services.checkout_in_transaction(customer=customer, items=items, before_reserve=before_reserve)
+        order = checkout.checkout_in_transaction(customer=customer, items=items, before_reserve=link_and_store)
     except DomainError as exc:
-        if key_id is None or savepoint is None or not _storable(exc):
+        if not checkout.replayable(exc):
             raise
-        # As in payments.services.checkout_idempotent: lift the rollback mark, roll back to the savepoint (the cart
-        # claim included), store the refusal under the key.
+        # As in checkout_idempotent: lift the rollback mark, roll back to the savepoint, store the refusal.
         transaction.set_rollback(False)
         transaction.savepoint_rollback(savepoint)
-        body = error_body(exc.message, exc.code, **exc.details)
-        payment_services.idempotency_key_complete(key_id=key_id, status=exc.http_status, body=body)
-        return CheckoutResult(status=exc.http_status, body=body)
-    if key_id is not None:
-        return CheckoutResult(status=201, body=created["body"])
-    return CheckoutResult(status=201, body=render(order))
+        return KeyedCheckout(refusal=checkout.store_refusal(customer=customer, key_id=key_id, exc=exc))
+    return KeyedCheckout(order=order)
 
 
 _PRUNE_SQL = """

@@ -17,27 +17,25 @@ from carts.models import Cart, CartItem
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order
-from payments import services as payment_services
-from payments.services import CheckoutResult
+from orders.selectors import OrderView
+from payments.checkout import KeyedCheckout, checkout_in_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def render(order):
-    return {"order_id": order.pk}
-
-
 def checkout(customer, cart_id, key=None):
+    """One cart checkout: the OrderView (or, under a key, the KeyedCheckout), or the CartCheckedOut refusal."""
     try:
-        return services.cart_checkout(
-            customer=customer,
-            cart_id=cart_id,
-            render=render,
-            idempotency_key=key,
-            fingerprint=None if key is None else f"cart:{cart_id}",
+        if key is None:
+            return services.cart_checkout(customer=customer, cart_id=cart_id)
+        answer = services.cart_checkout_idempotent(
+            customer=customer, cart_id=cart_id, key=key, fingerprint=f"cart:{cart_id}"
         )
     except CartCheckedOut as exc:
         return exc
+    if answer.refusal is not None and answer.refusal.body["code"] == "cart_checked_out":
+        return CartCheckedOut(cart_id=str(cart_id), order_id=answer.refusal.body["order_id"])
+    return answer
 
 
 def test_fifty_concurrent_checkouts_of_one_cart_make_exactly_one_order(make_product, customer):
@@ -47,11 +45,11 @@ def test_fifty_concurrent_checkouts_of_one_cart_make_exactly_one_order(make_prod
     outcomes = run_concurrently(50, lambda i: checkout(customer, cart.cart_id))
 
     assert [o.error for o in outcomes if o.error] == []
-    created = [o.value for o in outcomes if isinstance(o.value, CheckoutResult)]
+    created = [o.value for o in outcomes if isinstance(o.value, OrderView)]
     refused = [o.value for o in outcomes if isinstance(o.value, CartCheckedOut)]
     assert (len(created), len(refused)) == (1, 49)
-    order_id = created[0].body["order_id"]
-    assert {exc.details["order_id"] for exc in refused} == {order_id}  # every loser is told which order it became
+    order_id = created[0].order_id
+    assert {exc.order_id for exc in refused} == {order_id}  # every loser is told which order it became
     assert list(Order.objects.values_list("pk", flat=True)) == [order_id]
     stored = Cart.objects.get(pk=cart.cart_id)
     assert (stored.status, stored.order_id) == ("checked_out", order_id)
@@ -67,14 +65,13 @@ def test_fifty_concurrent_checkouts_under_one_key_are_one_order_and_replays(make
 
     assert [o.error for o in outcomes if o.error] == []
     results = [o.value for o in outcomes]
-    first = [r for r in results if isinstance(r, CheckoutResult) and not r.replayed]
-    assert len(first) == 1 and first[0].status == 201
+    first = [r for r in results if isinstance(r, KeyedCheckout) and not r.replayed]
+    assert len(first) == 1 and first[0].order is not None
     others = [r for r in results if r is not first[0]]
     # Each other request waited for the key and replays the first answer (or, equally safe, is told the cart is
     # checked out).
     assert all(
-        (isinstance(r, CheckoutResult) and r.replayed and (r.status, r.body) == (201, first[0].body))
-        or isinstance(r, CartCheckedOut)
+        (isinstance(r, KeyedCheckout) and r.replayed and r.order == first[0].order) or isinstance(r, CartCheckedOut)
         for r in others
     )
     assert Order.objects.count() == 1
@@ -96,9 +93,9 @@ def test_replaces_racing_checkouts_the_order_is_exactly_the_cart_it_claimed(make
     outcomes = run_concurrently(30, act)
 
     assert [o.error for o in outcomes if o.error] == []
-    created = [o.value for o in outcomes if isinstance(o.value, CheckoutResult)]
+    created = [o.value for o in outcomes if isinstance(o.value, OrderView)]
     assert len(created) == 1
-    order = Order.objects.get(pk=created[0].body["order_id"])
+    order = Order.objects.get(pk=created[0].order_id)
     # No replace slipped in after the claim: the cart still holds exactly what became the order.
     cart_items = sorted(CartItem.objects.filter(cart_id=cart.cart_id).values_list("product_id", "qty"))
     assert sorted(order.lines.values_list("product_id", "qty")) == cart_items
@@ -118,9 +115,11 @@ def naive_cart_checkout(customer, cart_id, read_done):
         read_done.wait(timeout=60)
         if status != "open":
             return "checked_out"
-        order = payment_services.checkout_in_transaction(customer=customer, items=items)
+        order = checkout_in_transaction(customer=customer, items=items)
         with connection.cursor() as cursor:
-            cursor.execute("UPDATE carts SET status = 'checked_out', order_id = %s WHERE id = %s", [order.pk, cart_id])
+            cursor.execute(
+                "UPDATE carts SET status = 'checked_out', order_id = %s WHERE id = %s", [order.order_id, cart_id]
+            )
         return order
 
 
@@ -133,7 +132,7 @@ def test_control_read_then_checkout_without_the_claim_makes_several_orders(make_
     outcomes = run_concurrently(10, lambda i: naive_cart_checkout(customer, cart.cart_id, read_done))
 
     assert [o.error for o in outcomes if o.error] == []
-    orders = [o.value for o in outcomes if isinstance(o.value, Order)]
+    orders = [o.value for o in outcomes if isinstance(o.value, OrderView)]
     assert len(orders) == 10  # one cart, ten orders: what the conditional claim prevents
     assert Order.objects.count() == 10
 
