@@ -11,6 +11,11 @@ User classes:
 * ``OpeningBuyer`` - the opening of a sale window: polls product 101, counts down from its ``seconds_to_start``,
   fires one checkout at the opening (again after a ``409 sale_not_started``), and the run quits once all
   ``OPENING_BUYERS`` have a final answer; reports p50/p99 of the opening second and the buyers answered within 1 s.
+* ``CartShopper`` - builds a cart of products 102-108 (``POST /v1/carts``), reads and edits it, waits, and checks it
+  out with an ``Idempotency-Key`` (201, or 409 ``stock_conflict``), then presses pay again: that must answer 409
+  ``cart_checked_out`` naming the same order. When the carts expire quickly (CART_TTL_SECONDS at most 30, as in
+  ``make loadtest``), a quarter of them wait past the expiry first: their checkout must answer 410
+  ``cart_expired`` and change nothing, and they rebuild the cart.
 
 Any 5xx or other unexpected status is a failure. When Locust quits, the invariants are checked:
 ``manage.py audit_inventory`` and "units held by orders for product 101 since the flash-sale setup <= the
@@ -28,6 +33,7 @@ Environment (all optional):
   OPENING_POLL_SECONDS       how often an OpeningBuyer polls the product before the last stretch (default 2).
   LOADTEST_SUMMARY           path of a JSON file to write the counters and check results to.
   DATABASE_URL               the database the server uses (for the checks; default: the embedded dev database).
+  CART_TTL_SECONDS           the server's cart lifetime (default 1800); at most 30 turns on the late CartShoppers.
 """
 
 import collections
@@ -56,6 +62,8 @@ SHOP_PRODUCTS = list(range(102, 109))
 SECRET = os.environ.get("PAYMENT_WEBHOOK_SECRET") or demo.DEMO_WEBHOOK_SECRET
 FLASH_SALE_STOCK = int(os.environ.get("FLASH_SALE_STOCK", "1"))
 BURST = int(os.environ.get("FLASH_SALE_BURST", "0"))
+CART_TTL_SECONDS = int(os.environ.get("CART_TTL_SECONDS", "1800"))
+LATE_CART_SHARE = 0.25 if CART_TTL_SECONDS <= 30 else 0.0
 
 
 def _load_tokens():
@@ -121,6 +129,25 @@ class CustomerUser(FastHttpUser):
                 resp.failure(f"409 without code stock_conflict: {resp.text[:200]}")
                 return None
             return resp.json() if ok and resp.status_code == 201 else None
+
+    def pay(self, order_id, total):
+        event = {
+            "event_id": f"evt_{uuid.uuid4().hex}",
+            "type": "payment.succeeded",
+            "order_id": order_id,
+            "amount": total,
+            "provider_reference": f"ch_{uuid.uuid4().hex[:16]}",
+        }
+        body = json.dumps(event).encode()
+        header = sign(body=body, secret=SECRET)
+        with post_webhook(self.client, body, header, "POST /v1/payments/webhook") as resp:
+            if expect(resp, "webhook", (200,)):
+                outcome = resp.json().get("status")
+                count("webhook outcome", outcome)
+                if outcome != "paid":
+                    resp.failure(f"a fresh payment for a pending order answered {outcome!r}")
+                else:
+                    SENT_EVENTS.append((body, header, time.time()))
 
 
 class FlashSaleBuyer(CustomerUser):
@@ -297,24 +324,84 @@ class Shopper(CustomerUser):
                     resp.failure(f"cancel answered {resp.text[:200]}")
         # else: abandoned; the reservation waits for the sweeper
 
-    def pay(self, order_id, total):
-        event = {
-            "event_id": f"evt_{uuid.uuid4().hex}",
-            "type": "payment.succeeded",
-            "order_id": order_id,
-            "amount": total,
-            "provider_reference": f"ch_{uuid.uuid4().hex[:16]}",
-        }
-        body = json.dumps(event).encode()
-        header = sign(body=body, secret=SECRET)
-        with post_webhook(self.client, body, header, "POST /v1/payments/webhook") as resp:
-            if expect(resp, "webhook", (200,)):
-                outcome = resp.json().get("status")
-                count("webhook outcome", outcome)
-                if outcome != "paid":
-                    resp.failure(f"a fresh payment for a pending order answered {outcome!r}")
-                else:
-                    SENT_EVENTS.append((body, header, time.time()))
+
+class CartShopper(CustomerUser):
+    """Builds a cart before the sale, waits, and checks it out; some wait past the cart's expiry."""
+
+    wait_time = between(0.2, 1.0)
+    weight = 2
+
+    def cart_items(self):
+        chosen = random.sample(SHOP_PRODUCTS, random.randint(1, 2))
+        return [{"product_id": pid, "qty": random.randint(1, 2)} for pid in chosen]
+
+    def build_cart(self):
+        with self.client.post(
+            "/v1/carts",
+            json={"items": self.cart_items()},
+            headers=self.auth,
+            name="POST /v1/carts",
+            catch_response=True,
+        ) as resp:
+            if not expect(resp, "cart create", (201,)):
+                return None
+            cart_id = resp.json()["cart_id"]
+        with self.client.get(
+            f"/v1/carts/{cart_id}", headers=self.auth, name="GET /v1/carts/{id}", catch_response=True
+        ) as resp:
+            expect(resp, "cart read", (200,))
+        if random.random() < 0.5:
+            with self.client.put(
+                f"/v1/carts/{cart_id}",
+                json={"items": self.cart_items()},
+                headers=self.auth,
+                name="PUT /v1/carts/{id}",
+                catch_response=True,
+            ) as resp:
+                expect(resp, "cart replace", (200,))
+        return cart_id
+
+    def post_cart_checkout(self, cart_id, name, headers=None):
+        return self.client.post(
+            f"/v1/carts/{cart_id}/checkout",
+            headers={**self.auth, **(headers or {})},
+            name=name,
+            catch_response=True,
+        )
+
+    @task
+    def cart_then_checkout(self):
+        cart_id = self.build_cart()
+        if cart_id is None:
+            return
+        if random.random() < LATE_CART_SHARE:
+            gevent.sleep(CART_TTL_SECONDS + 1)  # past the cart's expiry (set by the database clock at its last change)
+            with self.post_cart_checkout(cart_id, "POST /v1/carts/{id}/checkout [expired]") as resp:
+                if expect(resp, "cart checkout expired", (410,)) and resp.json().get("code") != "cart_expired":
+                    resp.failure(f"410 without code cart_expired: {resp.text[:200]}")
+            cart_id = self.build_cart()  # rebuild, as the 410 says
+            if cart_id is None:
+                return
+        else:
+            gevent.sleep(random.uniform(0, min(1.0, CART_TTL_SECONDS / 4)))
+        key = {"Idempotency-Key": uuid.uuid4().hex}
+        with self.post_cart_checkout(cart_id, "POST /v1/carts/{id}/checkout", key) as resp:
+            if not expect(resp, "cart checkout", (201, 409)):
+                return
+            if resp.status_code == 409:
+                if resp.json().get("code") != "stock_conflict":
+                    resp.failure(f"409 without code stock_conflict: {resp.text[:200]}")
+                return
+            order = resp.json()
+        # The customer presses pay again: the same cart never becomes a second order.
+        with self.post_cart_checkout(cart_id, "POST /v1/carts/{id}/checkout [again]") as resp:
+            if expect(resp, "cart checkout again", (409,)) and (
+                resp.json().get("code"),
+                resp.json().get("order_id"),
+            ) != ("cart_checked_out", order["order_id"]):
+                resp.failure(f"a second checkout of a cart answered {resp.text[:200]}")
+        if random.random() < 0.7:
+            self.pay(order["order_id"], order["total"])
 
 
 class WebhookReplayer(FastHttpUser):

@@ -4,8 +4,10 @@ Profiles (each ends with the invariant checks in locustfile.py: audit_inventory 
 
 1. flash-100    flash_sale_setup --stock 1, then 100 FlashSaleBuyers each send ONE checkout of product 101,
                 released together. Must end with exactly 1 created, 99 conflicts, no 5xx, audit clean.
-2. mixed        Shoppers (browse, buy 102-108, pay by signed webhook, cancel) and WebhookReplayers for a bounded
-                time (default 30 s). No failure, every replay a duplicate, audit clean.
+2. mixed        Shoppers (browse, buy 102-108, pay by signed webhook, cancel), CartShoppers (build a cart, wait,
+                check it out; a quarter after the cart expired: carts live SWARM_CART_TTL_SECONDS here) and
+                WebhookReplayers for a bounded time (default 30 s). No failure, every replay a duplicate, every
+                late cart a 410, no cart checked out twice, audit clean.
 3. opening      a sale window (docs/sale-windows.md): flash_sale_setup --stock 50 --starts-in 15 --price 99000
                 --max-per-customer 1; 300 OpeningBuyers poll product 101, count down from seconds_to_start and fire
                 at the opening. Must end with exactly 50 created at the sale price, none before sale_starts_at, the
@@ -49,6 +51,10 @@ from skincare import demo
 LOCUST = str(ROOT / ".venv/bin/locust")
 
 
+# Carts expire after a few seconds in the swarm, so that some CartShoppers check out after the expiry (410).
+SWARM_CART_TTL_SECONDS = 5
+
+
 def run_locust(
     *,
     name: str,
@@ -76,6 +82,7 @@ def run_locust(
             "FLASH_SALE_STOCK": str(stock),
             "FLASH_SALE_BURST": str(burst),
             "LOADTEST_SUMMARY": str(summary_path),
+            "CART_TTL_SECONDS": str(SWARM_CART_TTL_SECONDS),
         }
     )
     if since_order_id is not None:
@@ -175,7 +182,9 @@ def main(argv=None):
     server = None
     if not args.host:
         config = "bench/naive_gunicorn.conf.py" if naive else None
-        server = Gunicorn(url, workers=args.workers, config=config).start()
+        server = Gunicorn(
+            url, workers=args.workers, config=config, extra_env={"CART_TTL_SECONDS": SWARM_CART_TTL_SECONDS}
+        ).start()
         log(f"gunicorn on {server.base}: {server.describe()}")
     base = args.host or server.base
     # Our own server runs with the bench secret; a running `make run` stack with the demo secret of .env.
@@ -214,7 +223,7 @@ def main(argv=None):
                 url=url,
                 secret=secret,
                 users=40,
-                classes=["Shopper", "WebhookReplayer"],
+                classes=["Shopper", "CartShopper", "WebhookReplayer"],
                 run_time=f"{args.mixed_seconds}s",
                 tokens_file=tokens_file,
                 since_order_id=since,

@@ -307,6 +307,25 @@ MUTATIONS = [
         "from django.db import connection\n\nfrom orders.models import Order  # noqa: F401\n",
         ("skincare/tests/test_dependencies.py::test_no_layer_imports_a_higher_one",),
     ),
+    Mutation(
+        "cart-claim-unconditional",
+        "the cart checkout's claim no longer requires an open cart (status check dropped)",
+        "carts/services.py",
+        "UPDATE carts SET status = %(checked_out)s, updated_at = now()\n"
+        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()",
+        "UPDATE carts SET status = %(checked_out)s, updated_at = now()\n"
+        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND expires_at > now()",
+        ("carts/tests/test_cart_races.py::test_fifty_concurrent_checkouts_of_one_cart_make_exactly_one_order",),
+    ),
+    Mutation(
+        "cart-expiry-ignored",
+        "the cart checkout's claim ignores the cart's expiry",
+        "carts/services.py",
+        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()\n"
+        "RETURNING id",
+        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s\nRETURNING id",
+        ("carts/tests/test_carts_api.py::test_an_expired_cart_is_410_on_get_put_and_checkout_nothing_written",),
+    ),
 ]
 
 

@@ -58,3 +58,11 @@ def product_get(*, product_id: int) -> ProductView | None:
         cursor.execute(_PRODUCTS_SQL + " AND p.id = %s", [product_id])
         row = cursor.fetchone()
     return ProductView(*row) if row else None
+
+
+def products_for_sale(*, product_ids: list[int]) -> dict[int, ProductView]:
+    """The active ones of ``product_ids`` (unknown and inactive ids are absent), one query, no lock: what a cart
+    shows and validates against (carts never touch the stock rows' locks)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PRODUCTS_SQL + " AND p.id = ANY(%s)", [product_ids])
+        return {row[0]: ProductView(*row) for row in cursor.fetchall()}

@@ -19,7 +19,7 @@ statements follow is in ``skincare.locks``.
 import dataclasses
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -263,6 +263,23 @@ def _reserve_stock(lines: list[ReserveLine]) -> None:
     inventory_services.stock_reserve(lines=lines)
 
 
+def checkout_in_transaction(
+    *,
+    customer: User,
+    items: Iterable[tuple[int, int]],
+    before_reserve: Callable[[OrderView], None] | None = None,
+) -> OrderView:
+    """The checkout's statements inside the caller's ``@retry_transient @transaction.atomic`` service, for a caller
+    that takes its own lock first in the same transaction (``carts.services.cart_checkout`` claims its cart).
+    ``before_reserve`` runs after the order is written and before the stock is reserved, so whatever it writes does
+    not lengthen the hot row's lock."""
+    order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
+    if before_reserve is not None:
+        before_reserve(order)
+    _reserve_stock(reserve)
+    return order
+
+
 def checkout_rate_limit(*, customer: User) -> None:
     """Count this checkout against CHECKOUT_RATE_LIMIT (off when empty): one upsert in its own transaction, so it
     counts even when the checkout is then refused (a bot hammering a sold-out product is limited too)."""
@@ -321,13 +338,13 @@ DELETE FROM idempotency_keys WHERE id IN (
 """
 
 
-def _replayable(exc: DomainError) -> bool:
+def replayable(exc: DomainError) -> bool:
     """Client errors are stored and replayed; retryable ones (with Retry-After: 409 lock_busy, 429, 503) and 5xx
     are not, so a client that waits and retries with the same key gets a fresh answer."""
     return 400 <= exc.http_status < 500 and exc.retry_after is None
 
 
-def _claim_key(*, customer: User, key: str, fingerprint: str) -> int | None:
+def claim_key(*, customer: User, key: str, fingerprint: str) -> int | None:
     """Claim ``key`` for this transaction (its row id), or None when it was used before (see CLAIM_KEY_SQL)."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -343,7 +360,7 @@ def _claim_key(*, customer: User, key: str, fingerprint: str) -> int | None:
     return None if claimed is None else int(claimed[0])
 
 
-def _replay(*, customer: User, key: str, fingerprint: str) -> KeyedCheckout:
+def replay(*, customer: User, key: str, fingerprint: str) -> KeyedCheckout:
     """The stored answer of an earlier request with ``key``; another body under the same key is refused."""
     stored = IdempotencyKey.objects.filter(customer=customer, key=key).first()
     if stored is None or stored.fingerprint != fingerprint:
@@ -355,8 +372,21 @@ def _replay(*, customer: User, key: str, fingerprint: str) -> KeyedCheckout:
     return KeyedCheckout(order=OrderView.from_json(stored.response_body, customer_id=customer.pk), replayed=True)
 
 
-def _store_answer(*, key_id: int, status: int, body: dict[str, Any]) -> None:
+def store_answer(*, key_id: int, status: int, body: dict[str, Any]) -> None:
     IdempotencyKey.objects.filter(pk=key_id).update(response_status=status, response_body=body)
+
+
+def store_refusal(*, customer: User, key_id: int, exc: DomainError) -> Refusal:
+    """Store a replayable refusal as the answer of the claimed key (the caller rolled its checkout back to the
+    savepoint taken after the claim), keeping the customer's stored refusals bounded."""
+    refusal = Refusal(exc.http_status, exc.body())
+    store_answer(key_id=key_id, status=refusal.http_status, body=refusal.body)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            TRIM_REFUSALS_SQL,
+            {"customer_id": customer.pk, "keep": settings.IDEMPOTENCY_MAX_STORED_REFUSALS},
+        )
+    return refusal
 
 
 @retry_transient
@@ -371,30 +401,23 @@ def checkout_idempotent(
     before the stock is reserved, so no extra statement runs while the inventory row is locked. A retryable error or
     a 5xx rolls everything back, the key included. The same key with another body → IdempotencyKeyReused.
     """
-    key_id = _claim_key(customer=customer, key=key, fingerprint=fingerprint)
+    key_id = claim_key(customer=customer, key=key, fingerprint=fingerprint)
     if key_id is None:
-        return _replay(customer=customer, key=key, fingerprint=fingerprint)
+        return replay(customer=customer, key=key, fingerprint=fingerprint)
     savepoint = transaction.savepoint()
     try:
         order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
-        _store_answer(key_id=key_id, status=201, body=order.to_json())
+        store_answer(key_id=key_id, status=201, body=order.to_json())
         _reserve_stock(reserve)
     except DomainError as exc:
-        if not _replayable(exc):
+        if not replayable(exc):
             raise
         # The inner atomic blocks (savepoint=False) marked the transaction for rollback when the error passed
         # through them. Rolling back to the savepoint makes it healthy again, so the mark is lifted (first: Django
         # refuses every statement, the ROLLBACK TO SAVEPOINT included, while it is set) and the refusal is stored.
         transaction.set_rollback(False)
         transaction.savepoint_rollback(savepoint)
-        refusal = Refusal(exc.http_status, exc.body())
-        _store_answer(key_id=key_id, status=refusal.http_status, body=refusal.body)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                TRIM_REFUSALS_SQL,
-                {"customer_id": customer.pk, "keep": settings.IDEMPOTENCY_MAX_STORED_REFUSALS},
-            )
-        return KeyedCheckout(refusal=refusal)
+        return KeyedCheckout(refusal=store_refusal(customer=customer, key_id=key_id, exc=exc))
     # The savepoint is never released: COMMIT releases it, and a RELEASE would be one more round trip while the
     # inventory row is locked.
     return KeyedCheckout(order=order)

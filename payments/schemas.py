@@ -32,6 +32,62 @@ class WebhookResultSerializer(serializers.Serializer):
     event_id = serializers.CharField()
 
 
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "1-255 printable ASCII characters, scoped to the customer. The same key with the same body replays "
+        "the first answer (201 or a domain 4xx) with `Idempotent-Replayed: true`; a duplicate sent while the "
+        "first is still running waits for it; the same key with a different body is a 422. Kept "
+        "IDEMPOTENCY_KEY_TTL_SECONDS (default 86400)."
+    ),
+)
+
+# The answers of a checkout; the cart checkout (carts/schemas.py) gives the same ones and its own.
+CHECKOUT_RESPONSES = {
+    201: OpenApiResponse(OrderSerializer, description="Order created, stock reserved."),
+    400: error(
+        "The body is not valid JSON or not a valid cart, or the Idempotency-Key is malformed.",
+        "invalid_request",
+        "malformed_json",
+    ),
+    401: UNAUTHORIZED,
+    409: error(
+        "Not enough stock (`product_ids` names every short product; an optimistic product that kept losing its "
+        "version check adds `gave_up_after`); a `row_lock_nowait` product's row is busy (`lock_busy`, with "
+        "Retry-After); the customer's `max_per_customer` or pending-order cap would be exceeded; a duplicate "
+        "Idempotency-Key without a stored answer (safety net, with Retry-After); a product's sale window has not "
+        "opened yet by the database clock (`sale_not_started`: `product_ids`, `starts_at`, and Retry-After = the "
+        "whole seconds to the opening, at least 1; never stored under an Idempotency-Key, so the same key can buy "
+        "once the sale opens).",
+        "stock_conflict",
+        "lock_busy",
+        "purchase_limit_exceeded",
+        "too_many_pending_orders",
+        "idempotency_key_in_progress",
+        "sale_not_started",
+    ),
+    410: error(
+        "A product's sale window has closed by the database clock (`product_ids` names them); nothing written.",
+        "sale_ended",
+    ),
+    413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
+    415: error("The body is not `application/json`.", "unsupported_media_type"),
+    422: error(
+        "A product does not exist or is not for sale (`product_ids` lists them), or the Idempotency-Key was used "
+        "with a different body.",
+        "invalid_product",
+        "idempotency_key_reused",
+    ),
+    429: error(
+        "More than CHECKOUT_RATE_LIMIT checkouts in the current window; retry after Retry-After.", "rate_limited"
+    ),
+    500: INTERNAL,
+    503: BUSY,
+}
+
 CHECKOUT = extend_schema(
     operation_id="checkout",
     summary="Reserve stock and open a pending order",
@@ -39,62 +95,9 @@ CHECKOUT = extend_schema(
         "One short transaction: the order, its lines and reservations are written and the stock is reserved "
         "with a guarded update. The order must be paid before `payment_expires_at`, or the sweeper returns the units."
     ),
-    parameters=[
-        OpenApiParameter(
-            "Idempotency-Key",
-            str,
-            OpenApiParameter.HEADER,
-            required=False,
-            description=(
-                "1-255 printable ASCII characters, scoped to the customer. The same key with the same body replays "
-                "the first answer (201 or a domain 4xx) with `Idempotent-Replayed: true`; a duplicate sent while the "
-                "first is still running waits for it; the same key with a different body is a 422. Kept "
-                "IDEMPOTENCY_KEY_TTL_SECONDS (default 86400)."
-            ),
-        )
-    ],
+    parameters=[IDEMPOTENCY_KEY],
     request=CheckoutRequestSerializer,
-    responses={
-        201: OpenApiResponse(OrderSerializer, description="Order created, stock reserved."),
-        400: error(
-            "The body is not valid JSON or not a valid cart, or the Idempotency-Key is malformed.",
-            "invalid_request",
-            "malformed_json",
-        ),
-        401: UNAUTHORIZED,
-        409: error(
-            "Not enough stock (`product_ids` names every short product; an optimistic product that kept losing its "
-            "version check adds `gave_up_after`); a `row_lock_nowait` product's row is busy (`lock_busy`, with "
-            "Retry-After); the customer's `max_per_customer` or pending-order cap would be exceeded; a duplicate "
-            "Idempotency-Key without a stored answer (safety net, with Retry-After); a product's sale window has not "
-            "opened yet by the database clock (`sale_not_started`: `product_ids`, `starts_at`, and Retry-After = the "
-            "whole seconds to the opening, at least 1; never stored under an Idempotency-Key, so the same key can buy "
-            "once the sale opens).",
-            "stock_conflict",
-            "lock_busy",
-            "purchase_limit_exceeded",
-            "too_many_pending_orders",
-            "idempotency_key_in_progress",
-            "sale_not_started",
-        ),
-        410: error(
-            "A product's sale window has closed by the database clock (`product_ids` names them); nothing written.",
-            "sale_ended",
-        ),
-        413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
-        415: error("The body is not `application/json`.", "unsupported_media_type"),
-        422: error(
-            "A product does not exist or is not for sale (`product_ids` lists them), or the Idempotency-Key was used "
-            "with a different body.",
-            "invalid_product",
-            "idempotency_key_reused",
-        ),
-        429: error(
-            "More than CHECKOUT_RATE_LIMIT checkouts in the current window; retry after Retry-After.", "rate_limited"
-        ),
-        500: INTERNAL,
-        503: BUSY,
-    },
+    responses=CHECKOUT_RESPONSES,
     tags=["checkout"],
 )
 

@@ -7,6 +7,9 @@ Every transaction that takes more than one lock takes them in this order, and ne
    statement; a second request with the same key waits here (``payments.checkout``).
 2. ``processed_events`` — a webhook claims its event id with ``INSERT … ON CONFLICT DO NOTHING`` as its first
    statement (``payments.services``).
+2½. ``carts`` rows — a cart replace or cart checkout claims its one cart with a conditional ``UPDATE … WHERE status =
+   'open' AND expires_at > now()`` (after its idempotency key, if any; the pruner takes carts ``FOR UPDATE SKIP
+   LOCKED``) (``carts.services``).
 3. the customer's checkout lock — advisory key ``("customer_checkout", customer id)``, taken by the checkout's
    product read so that the per-customer counts are read after the customer's previous checkout committed
    (``payments.checkout``).
@@ -20,7 +23,7 @@ Every transaction that takes more than one lock takes them in this order, and ne
    cart's rows first (``inventory.services``). Always the last statements before COMMIT.
 
 A checkout's own new rows (order, lines, reservations, attempt, ledger) are invisible to everyone until COMMIT, so
-nobody waits for them: a checkout takes steps 1, 3, 6 and 7. A new lock gets a place in this list (and its argument
+nobody waits for them: a checkout takes steps 1, 3, 6 and 7, a cart checkout 1, 2½, 3, 6 and 7. A new lock gets a place in this list (and its argument
 in ``docs/locking.md``) before it gets code.
 
 Advisory keys are one bigint: the key space in the top bits, the id below (ids up to 2**47), after pretix's

@@ -24,7 +24,8 @@ from prometheus_client import multiprocess as _multiprocess
 
 OTHER = "other"
 
-# The checkout endpoint's outcome is the response's ``code`` (``created`` for a 201).
+# The checkout endpoints' outcome (/v1/checkout and /v1/carts/<id>/checkout) is the response's ``code`` (``created`` for
+# a 201).
 CHECKOUT_OUTCOMES = frozenset(
     {
         "created",
@@ -33,6 +34,9 @@ CHECKOUT_OUTCOMES = frozenset(
         "invalid_request",
         "malformed_json",
         "invalid_product",
+        "cart_not_found",
+        "cart_expired",
+        "cart_checked_out",
         "unauthorized",
         "busy",
         "database_unavailable",

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "inventory",
     "orders",
     "payments",
+    "carts",
 ]
 
 # The browser-only ones (skincare.middleware) run for the admin and the sandbox page and are skipped on the JSON
@@ -216,6 +217,10 @@ SPECTACULAR_SETTINGS = {
 
 # Domain settings
 RESERVATION_TTL_SECONDS = env.int("RESERVATION_TTL_SECONDS", default=1800)
+# A server-side cart expires this long after its last change (database clock); it holds no stock meanwhile.
+CART_TTL_SECONDS = env.int("CART_TTL_SECONDS", default=1800)
+# Expired and checked-out carts answer 410 / 409 this long, then prune_retention deletes them.
+CART_RETENTION_SECONDS = env.int("CART_RETENTION_SECONDS", default=86400)
 CHECKOUT_MAX_ITEMS = env.int("CHECKOUT_MAX_ITEMS", default=20)
 CHECKOUT_MAX_QTY = env.int("CHECKOUT_MAX_QTY", default=100)
 # How long a worker remembers a product it saw sold out and refuses it without a query (ms, at most 250; 0 = off).

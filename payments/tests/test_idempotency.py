@@ -209,7 +209,7 @@ def test_control_without_the_key_claim_fifty_retries_make_many_orders(make_produ
             return None  # used before: replay
         return 0  # "claimed": nothing blocks the others
 
-    monkeypatch.setattr(checkouts, "_claim_key", naive_claim)
+    monkeypatch.setattr(checkouts, "claim_key", naive_claim)
 
     outcomes = run_concurrently(50, lambda i: keyed_checkout(customer, product.pk, "storm"))
 

@@ -1,6 +1,6 @@
-"""The dependency guard: apps import downwards only, payments → orders → inventory → skincare.
+"""The dependency guard: apps import downwards only, carts → payments → orders → inventory → skincare.
 
-Application code is every module of the four packages except their tests (``tests/``) and test helpers
+Application code is every module of the five packages except their tests (``tests/``) and test helpers
 (``testing.py``): a test may drive the whole stack to set up its data. Imports inside functions count too,
 and so do ``importlib.import_module("...")`` calls with a literal name.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = {"skincare": 0, "inventory": 1, "orders": 2, "payments": 3}
+LAYERS = {"skincare": 0, "inventory": 1, "orders": 2, "payments": 3, "carts": 4}
 
 
 def imported_modules(source: str) -> list[tuple[int, str]]:
@@ -58,12 +58,18 @@ def test_no_layer_imports_a_higher_one():
         for app, path in application_modules()
         for problem in upward_imports(app, (ROOT / path).read_text())
     ]
-    assert not violations, "imports against payments → orders → inventory → skincare:\n" + "\n".join(violations)
+    assert not violations, "imports against carts → payments → orders → inventory → skincare:\n" + "\n".join(violations)
 
 
 def test_the_guard_sees_every_app_module():
     seen = {str(path) for _app, path in application_modules()}
-    for expected in ("skincare/api.py", "inventory/services.py", "orders/services.py", "payments/services.py"):
+    for expected in (
+        "skincare/api.py",
+        "inventory/services.py",
+        "orders/services.py",
+        "payments/services.py",
+        "carts/services.py",
+    ):
         assert expected in seen
 
 
@@ -75,8 +81,16 @@ def test_the_guard_sees_every_app_module():
         ("orders", "def f():\n    from payments import services\n"),
         ("skincare", "from inventory.exceptions import StockConflict\n"),
         ("orders", "import importlib\nimportlib.import_module('payments.sandbox')\n"),
+        ("payments", "from carts.models import Cart\n"),
     ],
-    ids=["inventory->orders", "inventory->payments", "orders->payments (local import)", "skincare->inventory", "dyn"],
+    ids=[
+        "inventory->orders",
+        "inventory->payments",
+        "orders->payments (local import)",
+        "skincare->inventory",
+        "dyn",
+        "payments->carts",
+    ],
 )
 def test_control_the_guard_catches_an_upward_import(app, source):
     assert upward_imports(app, source), f"the guard missed an upward import in {app}: {source!r}"

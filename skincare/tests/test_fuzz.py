@@ -43,7 +43,11 @@ def db_state() -> tuple[Any, ...]:
                    (SELECT COUNT(*) FROM processed_events), (SELECT COUNT(*) FROM api_tokens),
                    (SELECT string_agg(format('%s:%s', id, status), ',' ORDER BY id) FROM orders),
                    (SELECT string_agg(format('%s:%s:%s:%s', product_id, available_stock, reserved_stock, version),
-                                      ',' ORDER BY product_id) FROM inventories)
+                                      ',' ORDER BY product_id) FROM inventories),
+                   (SELECT string_agg(format('%s:%s:%s:%s', id, status, expires_at, order_id), ',' ORDER BY id)
+                    FROM carts),
+                   (SELECT string_agg(format('%s:%s:%s', cart_id, product_id, qty), ',' ORDER BY cart_id, product_id)
+                    FROM cart_items)
             """
         )
         return cursor.fetchone()
@@ -51,7 +55,9 @@ def db_state() -> tuple[Any, ...]:
 
 @pytest.fixture
 def world(make_product, make_customer, settings):
-    """A product on sale, a customer with a pending order, and someone else's order."""
+    """A product on sale, a customer with a pending order, and someone else's order; the customer's open cart
+    (``mycart``) and expired cart (``oldcart``), and someone else's cart (``theircart``)."""
+    from carts import services as cart_services
 
     settings.PAYMENT_WEBHOOK_SECRET = SECRET
     settings.PAYMENT_SANDBOX = False
@@ -59,7 +65,14 @@ def world(make_product, make_customer, settings):
     customer, stranger = make_customer(), make_customer()
     own = place_order(customer=customer, items=[(product.pk, 1)])
     other = place_order(customer=stranger, items=[(product.pk, 1)])
-    return {"product": product, "customer": customer, "own": own, "other": other}
+    carts = {
+        "mycart": cart_services.cart_create(customer=customer, items=[(product.pk, 1)]).cart_id,
+        "oldcart": cart_services.cart_create(customer=customer, items=[(product.pk, 1)]).cart_id,
+        "theircart": cart_services.cart_create(customer=stranger, items=[(product.pk, 1)]).cart_id,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE carts SET expires_at = now() - interval '1 second' WHERE id = %s", [carts["oldcart"]])
+    return {"product": product, "customer": customer, "own": own, "other": other, "carts": carts}
 
 
 PATHS = [
@@ -70,6 +83,9 @@ PATHS = [
     "/v1/orders/{id}/cancel",
     "/v1/payments/webhook",
     "/v1/payments/sandbox/{id}",
+    "/v1/carts",
+    "/v1/carts/{id}",
+    "/v1/carts/{id}/checkout",
     "/healthz",
     "/readyz",
     "/admin/",
@@ -100,7 +116,8 @@ header_text = st.text(
 # Known-nasty values next to the generated ones: NUL, too long for the column, non-ASCII, control characters.
 NASTY_TOKENS = ["Bearer tok\x00en", "Bearer " + "a" * 41, "Bearer \xff\xfe", "Bearer \x7f", "Bearer", "bearer x y"]
 ids = st.one_of(
-    st.sampled_from(["own", "other", "product"]),
+    st.sampled_from(["own", "other", "product", "mycart", "oldcart", "theircart"]),
+    st.uuids().map(str),
     st.integers(min_value=0, max_value=2**80).map(str),
     st.text(max_size=12),
 )
@@ -178,7 +195,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def send(client: Client, world: dict[str, Any], request: dict[str, Any]) -> Any:
-    names = {"own": world["own"].pk, "other": world["other"].pk, "product": world["product"].pk}
+    names = {"own": world["own"].pk, "other": world["other"].pk, "product": world["product"].pk, **world["carts"]}
     path = request["path"]
     body = request["body"]
     for name, pk in names.items():
@@ -259,6 +276,34 @@ def test_any_checkout_body_from_a_customer_is_never_a_5xx(world):
     assert_invariants()
 
 
+def test_any_cart_request_from_a_customer_is_never_a_5xx(world):
+    """Create, replace and check out carts (open, expired, someone else's, unknown) with any checkout-like body."""
+    client = Client()
+
+    @BUDGET
+    @given(
+        target=st.sampled_from(
+            [
+                ("POST", "/v1/carts"),
+                ("PUT", "/v1/carts/{id}"),
+                ("GET", "/v1/carts/{id}"),
+                ("POST", "/v1/carts/{id}/checkout"),
+            ]
+        ),
+        cart=st.sampled_from(["mycart", "oldcart", "theircart"]) | ids,
+        body=st.one_of(checkout_bodies.map(encode), bodies),
+    )
+    def one(target: tuple[str, str], cart: str, body: bytes) -> None:
+        method, template = target
+        request = {"method": method, "path": template.replace("{id}", cart), "body": body}
+        request |= {"content_type": "application/json", "auth": "valid", "signature": None, "query": ""}
+        before = db_state()
+        check(send(client, world, request), before, request)
+
+    one()
+    assert_invariants()
+
+
 def test_any_header_value_on_authenticated_endpoints_is_never_a_5xx(world):
     """Authorization and signature headers are read before anything else; any value a server can deliver."""
     client = Client()
@@ -266,7 +311,17 @@ def test_any_header_value_on_authenticated_endpoints_is_never_a_5xx(world):
 
     @BUDGET
     @given(
-        path=st.sampled_from(["/v1/checkout", "/v1/orders/own", "/v1/orders/own/cancel", "/v1/payments/webhook"]),
+        path=st.sampled_from(
+            [
+                "/v1/checkout",
+                "/v1/orders/own",
+                "/v1/orders/own/cancel",
+                "/v1/payments/webhook",
+                "/v1/carts",
+                "/v1/carts/mycart",
+                "/v1/carts/mycart/checkout",
+            ]
+        ),
         method=st.sampled_from(["GET", "POST"]),
         auth=headers,
         signature=st.sampled_from([None, "valid"]) | header_text,
@@ -291,6 +346,8 @@ def test_any_header_value_on_authenticated_endpoints_is_never_a_5xx(world):
         ("POST", "/v1/checkout"),
         ("POST", "/v1/payments/webhook"),
         ("POST", "/v1/orders/own/cancel"),
+        ("POST", "/v1/carts"),
+        ("PUT", "/v1/carts/mycart"),
         ("GET", "/v1/products"),
         ("POST", "/admin/login/"),
         ("POST", "/healthz"),
@@ -324,7 +381,7 @@ def test_a_body_over_djangos_default_limit_is_413(world):
     assert db_state() == before
 
 
-@pytest.mark.parametrize("path", ["/v1/checkout", "/v1/payments/webhook"])
+@pytest.mark.parametrize("path", ["/v1/checkout", "/v1/payments/webhook", "/v1/carts"])
 @pytest.mark.parametrize("depth", [65, 5_000, 200_000])
 def test_deeply_nested_json_is_400_malformed_json(world, path, depth):
     body = b"[" * depth + b"]" * depth
@@ -370,4 +427,29 @@ def test_unknown_or_malformed_ids_are_json_404(world, path):
 
     assert response.status_code == 404, response.content
     assert response.json()["code"] in ("not_found", "order_not_found", "product_not_found")
+    assert db_state() == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/v1/carts/theircart", 404, "cart_not_found"),
+        ("GET", "/v1/carts/00000000-0000-4000-8000-000000000000", 404, "cart_not_found"),
+        ("GET", "/v1/carts/%00", 404, "cart_not_found"),
+        ("GET", "/v1/carts/" + "f" * 300, 404, "cart_not_found"),
+        ("POST", "/v1/carts/theircart/checkout", 404, "cart_not_found"),
+        ("POST", "/v1/carts/99999999999999999999999/checkout", 404, "cart_not_found"),
+        ("GET", "/v1/carts/oldcart", 410, "cart_expired"),
+        ("POST", "/v1/carts/oldcart/checkout", 410, "cart_expired"),
+        ("PUT", "/v1/carts/oldcart", 410, "cart_expired"),
+    ],
+)
+def test_foreign_unknown_and_expired_carts_answer_their_code_and_change_nothing(world, method, path, status, code):
+    request = {"method": method, "path": path, "body": b'{"items": [{"product_id": "product", "qty": 1}]}'}
+    request |= {"content_type": "application/json", "auth": "valid", "signature": None, "query": ""}
+    before = db_state()
+
+    response = send(Client(), world, request)
+
+    assert (response.status_code, response.json()["code"]) == (status, code), response.content
     assert db_state() == before

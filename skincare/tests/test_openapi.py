@@ -15,6 +15,23 @@ ENDPOINTS = {
     ("post", "/v1/payments/webhook"): {"200", "400", "401", "404", "413", "415", "500", "503"},
     ("get", "/v1/products"): {"200", "500", "503"},
     ("get", "/v1/products/{product_id}"): {"200", "404", "500", "503"},
+    ("post", "/v1/carts"): {"201", "400", "401", "413", "415", "422", "500", "503"},
+    ("get", "/v1/carts/{cart_id}"): {"200", "401", "404", "410", "500", "503"},
+    ("put", "/v1/carts/{cart_id}"): {"200", "400", "401", "404", "409", "410", "413", "415", "422", "500", "503"},
+    ("post", "/v1/carts/{cart_id}/checkout"): {
+        "201",
+        "400",
+        "401",
+        "404",
+        "409",
+        "410",
+        "413",
+        "415",
+        "422",
+        "429",
+        "500",
+        "503",
+    },
 }
 
 
@@ -41,6 +58,13 @@ def test_schema_generates_without_warnings_and_validates(tmp_path: Path) -> None
                 assert ref.endswith("/Error"), (method, path, code)
                 assert "Codes:" in response["description"], (method, path, code)
     assert schema["paths"]["/v1/checkout"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    cart_codes = {
+        code
+        for operation in schema["paths"]["/v1/carts/{cart_id}/checkout"].values()
+        for response in operation["responses"].values()
+        for code in re.findall(r"`([a-z_]+)`", response["description"])
+    }
+    assert {"cart_not_found", "cart_expired", "cart_checked_out", "stock_conflict", "invalid_product"} <= cart_codes
     assert schema["components"]["securitySchemes"]["tokenAuth"] == {"type": "http", "scheme": "bearer"}
 
 

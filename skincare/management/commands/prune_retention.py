@@ -8,7 +8,8 @@ from skincare.retention import prune_all
 class Command(BaseCommand):
     help = (
         "Delete rows past their retention window: idempotency keys (IDEMPOTENCY_KEY_TTL_SECONDS), processed webhook "
-        "events (PROCESSED_EVENTS_RETENTION_DAYS), stale rate-limit counters. The sweeper loop runs it too."
+        "events (PROCESSED_EVENTS_RETENTION_DAYS), stale rate-limit counters, expired and checked-out carts "
+        "(CART_RETENTION_SECONDS). The sweeper loop runs it too."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:

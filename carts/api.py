@@ -1,0 +1,111 @@
+"""Cart endpoints: create, read, replace, check out. Thin: parse, call a selector or service, render."""
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from carts import schemas, selectors, services
+from carts.exceptions import CartExpired, CartNotFound
+from carts.models import Cart
+from carts.selectors import CartView
+from orders.api import order_data
+from payments import checkout
+from payments.api import idempotency_key, request_fingerprint
+from skincare import metrics, validation
+from skincare.api import authenticated_customer
+from skincare.monitoring import InstrumentedAPIView
+
+
+def parse_cart_id(raw: str) -> uuid.UUID:
+    """The cart id of the URL; anything that is not a UUID names no cart (404, like a missing one)."""
+    try:
+        return uuid.UUID(raw)
+    except ValueError:
+        raise CartNotFound(cart_id=raw[:64]) from None
+
+
+def cart_data(cart: CartView) -> dict[str, Any]:
+    total = sum((line.unit_price * line.qty for line in cart.lines if line.unit_price is not None), Decimal(0))
+    return {
+        "cart_id": str(cart.cart_id),
+        "status": cart.status,
+        "expires_at": cart.expires_at.isoformat().replace("+00:00", "Z"),
+        "order_id": cart.order_id,
+        "total": str(total),
+        "items": [
+            {
+                "product_id": line.product_id,
+                "qty": line.qty,
+                "unit_price": None if line.unit_price is None else str(line.unit_price),
+                "for_sale": line.for_sale,
+                "available_stock": line.available_stock,
+                "in_stock": line.in_stock,
+            }
+            for line in cart.lines
+        ],
+    }
+
+
+def cart_items(request: Request) -> list[tuple[int, int]]:
+    """The body of a create or replace: exactly the checkout's ``{"items": [...]}`` (shape and types, else 400)."""
+    return validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
+
+
+class CartCreateApi(APIView):
+    @schemas.CART_CREATE
+    def post(self, request: Request) -> Response:
+        cart = services.cart_create(customer=authenticated_customer(request), items=cart_items(request))
+        return Response(cart_data(cart), status=201)
+
+
+class CartDetailApi(APIView):
+    @schemas.CART_DETAIL
+    def get(self, request: Request, cart_id: str) -> Response:
+        parsed = parse_cart_id(cart_id)
+        cart = selectors.cart_get_for_customer(cart_id=parsed, customer=authenticated_customer(request))
+        if cart is None:
+            raise CartNotFound(cart_id=str(parsed))
+        if cart.status == Cart.Status.OPEN and cart.expired:
+            raise CartExpired(cart_id=str(parsed))
+        return Response(cart_data(cart))
+
+    @schemas.CART_REPLACE
+    def put(self, request: Request, cart_id: str) -> Response:
+        parsed = parse_cart_id(cart_id)
+        items = cart_items(request)
+        cart = services.cart_replace(customer=authenticated_customer(request), cart_id=parsed, items=items)
+        return Response(cart_data(cart))
+
+
+class CartCheckoutApi(InstrumentedAPIView):
+    """``POST /v1/carts/<id>/checkout``: answered like ``POST /v1/checkout`` (payments/api.py), the cart's items
+    standing in for the body."""
+
+    outcome_counter = metrics.CHECKOUT_REQUESTS
+    allowed_outcomes = metrics.CHECKOUT_OUTCOMES
+    latency_histogram = metrics.CHECKOUT_LATENCY
+    success_outcome = "created"
+
+    @schemas.CART_CHECKOUT
+    def post(self, request: Request, cart_id: str) -> Response:
+        parsed = parse_cart_id(cart_id)
+        key = idempotency_key(request)
+        customer = authenticated_customer(request)
+        checkout.checkout_rate_limit(customer=customer)
+        if key is None:
+            order = services.cart_checkout(customer=customer, cart_id=parsed)
+            return Response(order_data(request, order), status=201)
+        # No body: the key's fingerprint names the cart, so one key cannot replay another cart's answer.
+        answer = services.cart_checkout_idempotent(
+            customer=customer, cart_id=parsed, key=key, fingerprint=request_fingerprint({"cart_id": str(parsed)})
+        )
+        headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
+        if answer.refusal is not None:
+            return Response(answer.refusal.body, status=answer.refusal.http_status, headers=headers)
+        assert answer.order is not None  # a keyed checkout answers with an order or a refusal
+        return Response(order_data(request, answer.order), status=201, headers=headers)

@@ -1,0 +1,244 @@
+"""Carts: created, replaced and checked out by their customer; expired by the database clock; pruned.
+
+A cart holds no stock and takes no inventory lock: creating or replacing one validates its items exactly as a
+checkout does (shape in the view, then ``payments.checkout.merge_quantities`` and one unlocked product read) and
+writes only the cart's own rows. Stock is reserved when the cart is checked out, by the checkout itself.
+
+Checking a cart out claims it with one conditional UPDATE (``… WHERE status = 'open' AND expires_at > now()``) as
+the first lock of the transaction that then runs the checkout (docs/locking.md): concurrent checkouts of one cart
+queue on its row, and once the winner commits every other one finds it ``checked_out`` (409 with its order id).
+"""
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+
+from carts.exceptions import CartCheckedOut, CartExpired, CartNotFound
+from carts.models import Cart, CartItem
+from carts.selectors import CartLine, CartView
+from inventory import selectors as inventory_selectors
+from inventory.exceptions import InvalidProduct
+from orders.selectors import OrderView
+from payments import checkout
+from payments.checkout import KeyedCheckout
+from skincare.db import retry_transient
+from skincare.errors import DomainError
+
+
+def _validated_lines(items: Iterable[tuple[int, int]]) -> list[CartLine]:
+    """The cart's lines, validated as a checkout validates them: one line per product and at most CHECKOUT_MAX_QTY
+    units of it (400, ``payments.checkout.merge_quantities``), every product known and for sale (422). One unlocked
+    read of prices and stock."""
+    quantities = checkout.merge_quantities(items)
+    products = inventory_selectors.products_for_sale(product_ids=list(quantities))
+    missing = sorted(set(quantities) - set(products))
+    if missing:
+        raise InvalidProduct(product_ids=missing)
+    return [
+        CartLine(
+            product_id=pid,
+            qty=quantities[pid],
+            unit_price=products[pid].price,
+            available_stock=products[pid].available_stock,
+        )
+        for pid in sorted(quantities)
+    ]
+
+
+def _insert_items(*, cart_id: uuid.UUID, lines: list[CartLine]) -> None:
+    CartItem.objects.bulk_create(
+        [CartItem(cart_id=cart_id, product_id=line.product_id, qty=line.qty) for line in lines]
+    )
+
+
+_INSERT_CART_SQL = """
+INSERT INTO carts (id, customer_id, status, expires_at, created_at, updated_at)
+VALUES (%(id)s, %(customer_id)s, %(status)s, now() + make_interval(secs => %(ttl)s), now(), now())
+RETURNING expires_at
+"""
+
+
+@retry_transient
+@transaction.atomic
+def cart_create(*, customer: User, items: Iterable[tuple[int, int]]) -> CartView:
+    """A new open cart of ``customer`` expiring CART_TTL_SECONDS from now (database clock). Raises InvalidInput
+    (too many units of a product) or InvalidProduct before anything is written."""
+    lines = _validated_lines(items)
+    cart_id = uuid.uuid4()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _INSERT_CART_SQL,
+            {
+                "id": cart_id,
+                "customer_id": customer.pk,
+                "status": Cart.Status.OPEN.value,
+                "ttl": settings.CART_TTL_SECONDS,
+            },
+        )
+        (expires_at,) = cursor.fetchone()
+    _insert_items(cart_id=cart_id, lines=lines)
+    return CartView(
+        cart_id=cart_id, status=Cart.Status.OPEN, expires_at=expires_at, expired=False, order_id=None, lines=lines
+    )
+
+
+def _refusal(*, customer: User, cart_id: uuid.UUID) -> DomainError:
+    """Why a cart of ``customer`` could not be claimed: it does not exist (or is someone else's), it was checked out
+    (naming its order), or it expired. Read after the claim found no row, so it sees the state that refused it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT status, order_id FROM carts WHERE id = %s AND customer_id = %s", [cart_id, customer.pk])
+        row = cursor.fetchone()
+    if row is None:
+        return CartNotFound(cart_id=str(cart_id))
+    status, order_id = row
+    if status == Cart.Status.CHECKED_OUT:
+        return CartCheckedOut(cart_id=str(cart_id), order_id=order_id)
+    return CartExpired(cart_id=str(cart_id))
+
+
+# The claim of an open, unexpired cart: the first row lock of a replace or a checkout (docs/locking.md). A
+# concurrent claimer waits here for the row; READ COMMITTED then re-checks the WHERE on the committed version.
+_TOUCH_SQL = """
+UPDATE carts SET expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
+WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()
+RETURNING expires_at
+"""
+_CLAIM_SQL = """
+UPDATE carts SET status = %(checked_out)s, updated_at = now()
+WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()
+RETURNING id
+"""
+
+
+@retry_transient
+@transaction.atomic
+def cart_replace(*, customer: User, cart_id: uuid.UUID, items: Iterable[tuple[int, int]]) -> CartView:
+    """Replace the items of the customer's open cart and move its expiry to CART_TTL_SECONDS from now.
+
+    Raises CartNotFound, CartExpired, CartCheckedOut, InvalidInput, InvalidProduct; any refusal rolls the whole
+    transaction back, so nothing is written (the expiry is not moved either)."""
+    params: dict[str, Any] = {
+        "id": cart_id,
+        "customer_id": customer.pk,
+        "open": Cart.Status.OPEN.value,
+        "ttl": settings.CART_TTL_SECONDS,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_TOUCH_SQL, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise _refusal(customer=customer, cart_id=cart_id)
+    lines = _validated_lines(items)
+    CartItem.objects.filter(cart_id=cart_id).delete()
+    _insert_items(cart_id=cart_id, lines=lines)
+    return CartView(
+        cart_id=cart_id, status=Cart.Status.OPEN, expires_at=row[0], expired=False, order_id=None, lines=lines
+    )
+
+
+def _claim(*, customer: User, cart_id: uuid.UUID) -> list[tuple[int, int]]:
+    """Claim the customer's open cart for this transaction's checkout and return its items (product_id, qty)."""
+    params: dict[str, Any] = {
+        "id": str(cart_id),
+        "customer_id": customer.pk,
+        "open": Cart.Status.OPEN.value,
+        "checked_out": Cart.Status.CHECKED_OUT.value,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, params)
+        if cursor.fetchone() is None:
+            raise _refusal(customer=customer, cart_id=cart_id)
+        cursor.execute("SELECT product_id, qty FROM cart_items WHERE cart_id = %s ORDER BY product_id", [cart_id])
+        return [(product_id, qty) for product_id, qty in cursor.fetchall()]
+
+
+def _link_order(*, cart_id: uuid.UUID, order: OrderView) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE carts SET order_id = %s WHERE id = %s", [order.order_id, cart_id])
+
+
+@retry_transient
+@transaction.atomic
+def cart_checkout(*, customer: User, cart_id: uuid.UUID) -> OrderView:
+    """Turn the customer's open cart into a ``pending_payment`` order, at most once.
+
+    One transaction: the cart is claimed by a conditional UPDATE (``status = 'open' AND expires_at > now()``), which
+    takes its row lock (``skincare.locks``, step 2½); then the checkout's own statements run
+    (``payments.checkout.checkout_in_transaction``: order, attempt, stock), and the cart is linked to its order
+    before the stock is reserved, so nothing is added while the inventory row is locked. A refusal of the checkout
+    (409 stock_conflict, 422, …) rolls the claim back with everything else: the cart stays open. Raises
+    CartNotFound, CartExpired, CartCheckedOut and every refusal of ``payments.checkout.checkout``.
+    """
+    items = _claim(customer=customer, cart_id=cart_id)
+    return checkout.checkout_in_transaction(
+        customer=customer, items=items, before_reserve=lambda order: _link_order(cart_id=cart_id, order=order)
+    )
+
+
+@retry_transient
+@transaction.atomic
+def cart_checkout_idempotent(*, customer: User, cart_id: uuid.UUID, key: str, fingerprint: str) -> KeyedCheckout:
+    """:func:`cart_checkout` under an ``Idempotency-Key``, exactly as ``payments.checkout.checkout_idempotent``
+    keys a checkout (``fingerprint`` names the cart, so one key cannot replay another cart's answer).
+
+    The key is claimed first (step 1 of the lock order: a retry with the same key waits there and is answered from
+    it), then the cart (step 2½). A client error, the cart's own 404/409/410 included, rolls back to the savepoint
+    taken after the key claim (the cart stays as it was) and is stored as the key's answer.
+    """
+    key_id = checkout.claim_key(customer=customer, key=key, fingerprint=fingerprint)
+    if key_id is None:
+        return checkout.replay(customer=customer, key=key, fingerprint=fingerprint)
+    savepoint = transaction.savepoint()
+
+    def link_and_store(order: OrderView) -> None:
+        _link_order(cart_id=cart_id, order=order)
+        checkout.store_answer(key_id=key_id, status=201, body=order.to_json())
+
+    try:
+        items = _claim(customer=customer, cart_id=cart_id)
+        order = checkout.checkout_in_transaction(customer=customer, items=items, before_reserve=link_and_store)
+    except DomainError as exc:
+        if not checkout.replayable(exc):
+            raise
+        # As in checkout_idempotent: lift the rollback mark, roll back to the savepoint, store the refusal.
+        transaction.set_rollback(False)
+        transaction.savepoint_rollback(savepoint)
+        return KeyedCheckout(refusal=checkout.store_refusal(customer=customer, key_id=key_id, exc=exc))
+    return KeyedCheckout(order=order)
+
+
+_PRUNE_SQL = """
+SELECT id FROM carts
+WHERE (status = %(open)s AND expires_at < now() - make_interval(secs => %(keep)s))
+   OR (status = %(checked_out)s AND updated_at < now() - make_interval(secs => %(keep)s))
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED
+"""
+
+
+def carts_prune(*, batch_size: int = 1000) -> int:
+    """Delete carts that expired, or were checked out, more than CART_RETENTION_SECONDS ago (database clock), with
+    their items; until then they answer 410 cart_expired / 409 cart_checked_out rather than 404. Batches of
+    ``batch_size``, each its own short transaction; a cart locked right now (being replaced or checked out) is
+    skipped, never waited for. Returns how many carts were deleted."""
+    params: dict[str, Any] = {
+        "open": Cart.Status.OPEN.value,
+        "checked_out": Cart.Status.CHECKED_OUT.value,
+        "keep": settings.CART_RETENTION_SECONDS,
+        "batch": batch_size,
+    }
+    deleted = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_PRUNE_SQL, params)
+            ids = [row[0] for row in cursor.fetchall()]
+            if ids:
+                cursor.execute("DELETE FROM cart_items WHERE cart_id = ANY(%s)", [ids])
+                cursor.execute("DELETE FROM carts WHERE id = ANY(%s)", [ids])
+        deleted += len(ids)
+        if len(ids) < batch_size:
+            return deleted

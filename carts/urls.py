@@ -1,0 +1,9 @@
+from django.urls import path
+
+from carts.api import CartCheckoutApi, CartCreateApi, CartDetailApi
+
+urlpatterns = [
+    path("carts", CartCreateApi.as_view(), name="cart-create"),
+    path("carts/<str:cart_id>", CartDetailApi.as_view(), name="cart-detail"),
+    path("carts/<str:cart_id>/checkout", CartCheckoutApi.as_view(), name="cart-checkout"),
+]
