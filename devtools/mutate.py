@@ -300,6 +300,16 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "retryable-refusal-stored",
+        "a retryable refusal (409 lock_busy, with Retry-After) is stored under its Idempotency-Key",
+        "payments/checkout.py",
+        "    return 400 <= exc.http_status < 500 and exc.retry_after is None\n",
+        "    return 400 <= exc.http_status < 500\n",
+        (
+            "payments/tests/test_idempotency.py::test_a_lock_busy_answer_is_not_stored_and_the_retry_with_the_same_key_succeeds",
+        ),
+    ),
+    Mutation(
         "upward-import",
         "inventory imports orders (the dependency guard must notice)",
         "inventory/selectors.py",
