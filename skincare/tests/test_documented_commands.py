@@ -45,7 +45,9 @@ DOCUMENTED = {
 def documented_lines() -> list[str]:
     seen: dict[str, None] = {}
     for doc in DOCS:
-        for match in RUN_LINE.finditer(doc.read_text()):
+        # A command continued on the next line (a trailing backslash) is one command, as the shell reads it.
+        text = re.sub(r"\\\n\s*", " ", doc.read_text())
+        for match in RUN_LINE.finditer(text):
             seen.setdefault(match.group(0).strip(), None)
     return list(seen)
 
