@@ -47,16 +47,10 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         if interval < 0:
             raise CommandError("--interval must not be negative")
-        metrics_server = None
-        if metrics_port:
-            from prometheus_client import start_http_server
-
-            metrics_server, _thread = start_http_server(metrics_port, addr=metrics_addr, registry=metrics.registry())
-            self.stdout.write(
-                f"expire_reservations: metrics on http://{metrics_addr}:{metrics_server.server_port}/metrics"
-            )
         stop = stop_event if stop_event is not None else threading.Event()
         previous_handlers = {}
+        # The handlers go in before anything is printed: a supervisor that sends SIGTERM as soon as the worker
+        # speaks must get a clean stop, not the default kill.
         if loop and threading.current_thread() is threading.main_thread():
             # Signal handlers can only be installed from the main thread. The handler hands the set() to a
             # thread: a handler runs on the main thread between bytecodes and could interrupt stop.wait()
@@ -67,7 +61,17 @@ class Command(BaseCommand):
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous_handlers[sig] = signal.signal(sig, request_stop)
+        metrics_server = None
         try:
+            if metrics_port:
+                from prometheus_client import start_http_server
+
+                metrics_server, _thread = start_http_server(
+                    metrics_port, addr=metrics_addr, registry=metrics.registry()
+                )
+                self.stdout.write(
+                    f"expire_reservations: metrics on http://{metrics_addr}:{metrics_server.server_port}/metrics"
+                )
             while True:
                 try:
                     self.sweep(batch_size=batch_size, stop=stop)
