@@ -57,10 +57,11 @@ $(STATIC_STAMP): $(STAMP) $(wildcard */static/*/*) | db
 
 # The web server and the sweeper, both from the Procfile, run by honcho: one Ctrl-C or SIGTERM stops both (honcho
 # sends SIGTERM to each one's process group, SIGKILL after 5 s). `-e /dev/null`: honcho's own .env loading would
-# override exported variables; skincare.settings reads .env itself, with the environment winning.
+# override exported variables; skincare.settings reads .env itself, with the environment winning. PYTHONUNBUFFERED:
+# honcho reads both through pipes, so each line shows when it is printed.
 run: demo $(STATIC_STAMP)
 	@$(PY) -m devtools.devenv --banner --port $(PORT) --sweep-interval $(SWEEP_INTERVAL)
-	@SWEEP_INTERVAL=$(SWEEP_INTERVAL) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec $(VENV)/bin/honcho start -e /dev/null -p $(PORT)
+	@SWEEP_INTERVAL=$(SWEEP_INTERVAL) PYTHONUNBUFFERED=1 PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec $(VENV)/bin/honcho start -e /dev/null -p $(PORT)
 
 lint: db
 	$(VENV)/bin/ruff check .

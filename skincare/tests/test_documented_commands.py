@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,17 +125,21 @@ def run_until_sigterm(line: str, env: dict[str, str]) -> None:
     process = subprocess.Popen(  # noqa: S603
         ["bash", "-c", f"exec {line}"],  # noqa: S607
         cwd=ROOT,
-        env=env,
+        env={**env, "PYTHONUNBUFFERED": "1"},  # its lines as they are printed, through the pipe
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], 120)  # the first sweep's line, with a deadline
-        assert ready, f"{line}: nothing printed within 120 s"
-        first = process.stdout.readline()
-        assert first.startswith("expire_reservations: "), (line, first, process.stderr.read() if process.stderr else "")
+        # The first sweep's line (its signal handlers are installed by then; a --metrics-port line comes earlier).
+        deadline = time.monotonic() + 120
+        printed = ""
+        while "orders cancelled" not in printed:
+            ready, _, _ = select.select([process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"{line}: no sweep within 120 s: {printed!r}"
+            printed = process.stdout.readline()
+            assert printed, f"{line}: exited: {process.stderr.read() if process.stderr else ''}"
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=60)
     finally:

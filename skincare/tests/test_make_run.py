@@ -32,6 +32,7 @@ class MakeRun:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tmp_path / "make-run.log"
         env = newcomer_env(tmp_path)
+        env.pop("PYTHONUNBUFFERED", None)  # make run's own output must come through without it
         env.update(PORT=str(self.port), **extra_env)
         self.env = env
         with self.log.open("w") as out:
@@ -147,6 +148,8 @@ def test_make_run_returns_unpaid_units_within_seconds_and_sigterm_leaves_no_proc
     assert shown.returncode == 0, shown.stderr
     assert re.search(r'"status":\s*"pending_payment"', shown.stdout), shown.stdout
     assert '"internal_error"' not in shown.stdout
+    assert '"not_found"' not in shown.stdout  # the cart's id went into the cart URLs
+    assert '"cart_not_found"' not in shown.stdout
     # … and the webhook signed with the secret read from .env: the signature is accepted (not 401).
     webhook = readme_block("openssl dgst").replace("localhost:8000", f"localhost:{make_run.port}")
     signed = subprocess.run(  # noqa: S603
