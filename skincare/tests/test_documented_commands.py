@@ -132,7 +132,7 @@ def run_until_sigterm(line: str, env: dict[str, str]) -> None:
     )
     try:
         assert process.stdout is not None
-        # The first sweep's line (its signal handlers are installed by then; a --metrics-port line comes earlier).
+        # Until its first sweep has printed its counts (a --metrics-port line comes before it).
         deadline = time.monotonic() + 120
         printed = ""
         while "orders cancelled" not in printed:
