@@ -166,7 +166,7 @@ def test_a_409_sale_not_started_is_not_stored_so_the_same_key_buys_once_the_sale
 @pytest.mark.django_db
 def test_control_a_stored_sale_not_started_would_replay_409_after_the_opening(api, make_product, monkeypatch):
     """CONTROL: the naive rule "store every 4xx under its key" burns the client's key before the sale opens."""
-    monkeypatch.setattr(checkout, "_replayable", lambda exc: 400 <= exc.http_status < 500)
+    monkeypatch.setattr(checkout, "replayable", lambda exc: 400 <= exc.http_status < 500)
     product = make_product(stock=5)
     set_window(product, starts_in=10, ends_in=60)
 
