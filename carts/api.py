@@ -45,6 +45,7 @@ def cart_data(cart: CartView) -> dict[str, Any]:
                 "for_sale": line.for_sale,
                 "available_stock": line.available_stock,
                 "in_stock": line.in_stock,
+                "sale": line.sale,
             }
             for line in cart.lines
         ],

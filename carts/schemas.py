@@ -20,6 +20,12 @@ class CartLineSerializer(serializers.Serializer):
     for_sale = serializers.BooleanField()
     available_stock = serializers.IntegerField(help_text="Units on sale right now (not reserved for this cart).")
     in_stock = serializers.BooleanField(help_text="For sale and at least `qty` units available right now.")
+    sale = serializers.ChoiceField(
+        choices=["scheduled", "open", "ended"],
+        allow_null=True,
+        help_text="The product's sale window by the database clock (null: no window); `unit_price` is the sale price "
+        "while it is open.",
+    )
 
 
 class CartSerializer(serializers.Serializer):

@@ -8,13 +8,16 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 from django.db import connection
 
+from inventory.selectors import SALE_STATE_SQL, UNIT_PRICE_SQL
+
 
 @dataclasses.dataclass(frozen=True)
 class CartLine:
     product_id: int
     qty: int
-    unit_price: Decimal | None  # the product's current price; None when it is no longer for sale
+    unit_price: Decimal | None  # what a checkout would charge now (sale price in an open window); None: not for sale
     available_stock: int  # units on sale right now (an unlocked read: it may change before checkout)
+    sale: str | None = None  # the product's sale window by the database clock: scheduled | open | ended | None
 
     @property
     def for_sale(self) -> bool:
@@ -35,11 +38,13 @@ class CartView:
     lines: list[CartLine]
 
 
-# One statement: the cart, its items, and each product's current price and stock, as the product list shows them
-# (inventory.selectors: products LEFT JOIN inventories). An unlocked read: a cart never locks stock.
-_CART_SQL = """
+# One statement: the cart, its items, and each product's current unit price, stock and sale window, by the rules the
+# product API and the checkout use (inventory.selectors: products LEFT JOIN inventories, UNIT_PRICE_SQL,
+# SALE_STATE_SQL). An unlocked read: a cart never locks stock.
+_CART_SQL = f"""
 SELECT c.status, c.expires_at, c.expires_at <= now(), c.order_id,
-       ci.product_id, ci.qty, CASE WHEN p.is_active THEN p.price END, COALESCE(i.available_stock, 0)
+       ci.product_id, ci.qty, CASE WHEN p.is_active THEN {UNIT_PRICE_SQL} END, COALESCE(i.available_stock, 0),
+       CASE WHEN p.is_active THEN {SALE_STATE_SQL} END
 FROM carts c
 LEFT JOIN cart_items ci ON ci.cart_id = c.id
 LEFT JOIN products p ON p.id = ci.product_id
@@ -59,7 +64,7 @@ def cart_get_for_customer(*, cart_id: uuid.UUID, customer: User) -> CartView | N
         return None
     status, expires_at, expired, order_id = rows[0][:4]
     lines = [
-        CartLine(product_id=row[4], qty=row[5], unit_price=row[6], available_stock=row[7])
+        CartLine(product_id=row[4], qty=row[5], unit_price=row[6], available_stock=row[7], sale=row[8])
         for row in rows
         if row[4] is not None
     ]

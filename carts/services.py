@@ -42,8 +42,9 @@ def _validated_lines(items: Iterable[tuple[int, int]]) -> list[CartLine]:
         CartLine(
             product_id=pid,
             qty=quantities[pid],
-            unit_price=products[pid].price,
+            unit_price=products[pid].unit_price,
             available_stock=products[pid].available_stock,
+            sale=products[pid].sale,
         )
         for pid in sorted(quantities)
     ]

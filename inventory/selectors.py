@@ -35,6 +35,11 @@ class ProductView(NamedTuple):
     sale: str | None  # scheduled | open | ended, None without a window (database clock)
     seconds_to_start: Decimal | None  # scheduled only
 
+    @property
+    def unit_price(self) -> Decimal:
+        """What a checkout would charge right now: UNIT_PRICE_SQL's rule on the state read with this row."""
+        return self.sale_price if self.sale_price is not None and self.sale == SALE_OPEN else self.price
+
 
 # Fixed statements: a product read is one round trip and no ORM compilation (docs/benchmarks.md).
 _PRODUCTS_SQL = f"""

@@ -19,6 +19,7 @@ from inventory.models import Inventory
 from orders.models import Order
 from orders.selectors import OrderView
 from payments.checkout import KeyedCheckout, checkout_in_transaction
+from payments.testing import STRATEGIES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -231,3 +232,20 @@ def test_a_cart_row_held_too_long_is_503_busy_and_nothing_written(make_product, 
     assert Order.objects.count() == 0
     assert list(Cart.objects.values_list("status", flat=True)) == ["open"]
     assert list(CartItem.objects.values_list("qty", flat=True)) == [1]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_cart_checks_out_once_under_every_inventory_strategy(make_product, customer, strategy):
+    """A serializable product makes the runner start the whole transaction over at SERIALIZABLE, the cart's claim
+    included; every strategy ends with one order and the cart checked out."""
+    product, other = make_product(stock=5, strategy=strategy), make_product(stock=5)
+    cart = services.cart_create(customer=customer, items=[(product.pk, 2), (other.pk, 1)])
+
+    order = services.cart_checkout(customer=customer, cart_id=cart.cart_id)
+    again = checkout(customer, cart.cart_id)
+
+    assert isinstance(order, OrderView)
+    assert isinstance(again, CartCheckedOut) and again.order_id == order.order_id
+    assert Inventory.objects.get(product=product).reserved_stock == 2
+    assert Order.objects.count() == 1
+    assert_invariants()

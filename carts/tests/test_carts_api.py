@@ -12,6 +12,7 @@ from carts.models import Cart, CartItem
 from devtools.testing import assert_invariants
 from inventory.models import Inventory
 from inventory.services import stock_adjust
+from inventory.tests.test_sale_window import set_window
 from orders.models import Order
 from payments.models import IdempotencyKey, PaymentAttempt
 
@@ -66,6 +67,7 @@ def test_create_returns_the_cart_with_prices_and_an_expiry_by_the_database_clock
             "for_sale": True,
             "available_stock": 5,
             "in_stock": True,
+            "sale": None,
         },
         {
             "product_id": toner.pk,
@@ -74,6 +76,7 @@ def test_create_returns_the_cart_with_prices_and_an_expiry_by_the_database_clock
             "for_sale": True,
             "available_stock": 1,
             "in_stock": False,
+            "sale": None,
         },
     ]  # duplicate lines merged; a cart may ask for more than is on sale now (the checkout decides)
     cart = Cart.objects.get(pk=body["cart_id"])
@@ -172,6 +175,7 @@ def test_get_shows_current_prices_and_availability_in_one_query(api, make_produc
             "for_sale": True,
             "available_stock": 1,
             "in_stock": False,
+            "sale": None,
         },
         {
             "product_id": toner.pk,
@@ -180,6 +184,7 @@ def test_get_shows_current_prices_and_availability_in_one_query(api, make_produc
             "for_sale": False,
             "available_stock": 5,
             "in_stock": False,
+            "sale": None,
         },
     ]
     assert body["total"] == "22.00"
@@ -359,6 +364,35 @@ def test_a_keyed_refusal_is_stored_and_the_cart_stays_open(api, make_product, se
     assert Cart.objects.get(pk=cart["cart_id"]).status == "open"
     assert Order.objects.count() == 0
     assert api.post(f"/v1/carts/{cart['cart_id']}/checkout", HTTP_IDEMPOTENCY_KEY="cart-key-3").status_code == 201
+
+
+def test_carts_show_the_sale_price_and_window_and_checkout_refuses_outside_it_like_v1_checkout(api, make_product):
+    on_sale, scheduled, ended = (make_product(stock=5, price="129.00") for _ in range(3))
+    set_window(on_sale, starts_in=-60, ends_in=3600, price="99.00")
+    set_window(scheduled, starts_in=90, ends_in=3600, price="99.00")
+    set_window(ended, starts_in=-3600, ends_in=-60, price="99.00")
+    carts = {p.pk: create(api, [{"product_id": p.pk, "qty": 1}]) for p in (on_sale, scheduled, ended)}
+    before = state()
+
+    shown = api.get(f"/v1/carts/{carts[on_sale.pk]['cart_id']}").json()["items"][0]
+    not_yet = api.post(f"/v1/carts/{carts[scheduled.pk]['cart_id']}/checkout")
+    too_late = api.post(f"/v1/carts/{carts[ended.pk]['cart_id']}/checkout")
+
+    assert (carts[on_sale.pk]["items"][0]["unit_price"], shown["unit_price"], shown["sale"]) == (
+        "99.00",
+        "99.00",
+        "open",
+    )
+    assert carts[scheduled.pk]["items"][0]["sale"] == "scheduled"
+    assert (not_yet.status_code, not_yet.json()["code"], not_yet.headers["Retry-After"]) == (
+        409,
+        "sale_not_started",
+        "90",
+    )
+    assert (too_late.status_code, too_late.json()["code"]) == (410, "sale_ended")
+    assert state() == before  # both carts still open
+    bought = api.post(f"/v1/carts/{carts[on_sale.pk]['cart_id']}/checkout")
+    assert (bought.status_code, bought.json()["total"]) == (201, "99.00")
 
 
 def test_cart_ttl_default_is_thirty_minutes():
