@@ -8,6 +8,8 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 from django.db import connection
 
+from inventory.selectors import UNIT_PRICE_SQL
+
 
 @dataclasses.dataclass(frozen=True)
 class CartLine:
@@ -36,10 +38,11 @@ class CartView:
 
 
 # One statement: the cart, its items, and each product's current price and stock, as the product list shows them
-# (inventory.selectors: products LEFT JOIN inventories). An unlocked read: a cart never locks stock.
-_CART_SQL = """
+# (inventory.selectors: products LEFT JOIN inventories). An unlocked read: a cart never locks stock. The price is the
+# one a checkout would charge now: the sale price inside an open sale window (docs/sale-windows.md).
+_CART_SQL = f"""
 SELECT c.status, c.expires_at, c.expires_at <= now(), c.order_id,
-       ci.product_id, ci.qty, CASE WHEN p.is_active THEN p.price END, COALESCE(i.available_stock, 0)
+       ci.product_id, ci.qty, CASE WHEN p.is_active THEN {UNIT_PRICE_SQL} END, COALESCE(i.available_stock, 0)
 FROM carts c
 LEFT JOIN cart_items ci ON ci.cart_id = c.id
 LEFT JOIN products p ON p.id = ci.product_id
