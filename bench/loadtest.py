@@ -267,7 +267,9 @@ def main(argv=None):
                 f"opening second: {r.get('opening_second_requests')} checkouts sent, p50 {r.get('opening_second_p50_ms')} ms, "
                 f"p99 {r.get('opening_second_p99_ms')} ms; {r.get('answered_within_1s')}/{r['opening_buyers']} buyers "
                 f"answered within 1 s of the opening (last after {r.get('last_answer_after_opening_ms')} ms); "
-                f"{r.get('opening_sale_not_started')} fired early and got 409 sale_not_started"
+                f"{r.get('opening_sent_early')} sent before sale_starts_at, {r.get('opening_sale_not_started')} of them "
+                f"answered 409 sale_not_started; the buyers' countdowns spread over {r.get('opening_estimate_spread_ms')} ms "
+                f"(median {r.get('opening_estimate_median_error_ms')} ms from the opening)"
             )
     (RESULTS / ("loadtest-naive.json" if naive else "loadtest.json")).write_text(json.dumps(results, indent=2))
     if failed:

@@ -144,6 +144,32 @@ def test_a_cart_is_refused_for_its_products_outside_their_windows(api, make_prod
 
 
 @pytest.mark.django_db
+def test_a_saved_cart_waits_for_the_opening_and_checks_out_at_the_sale_price(api, make_product):
+    serum = make_product(stock=5, price="129.00")
+    set_window(serum, starts_in=30.5, ends_in=3600, price="99.00")
+    cart = api.post("/v1/carts", {"items": [{"product_id": serum.pk, "qty": 2}]}, format="json").json()
+    before = db_state()
+
+    early = api.post(f"/v1/carts/{cart['cart_id']}/checkout")
+    assert (early.status_code, early.json()["code"], early["Retry-After"]) == (409, "sale_not_started", "31")
+    assert db_state() == before
+    assert api.get(f"/v1/carts/{cart['cart_id']}").json()["status"] == "open"  # the cart waits for the sale
+
+    set_window(serum, starts_in=-1, ends_in=3600, price="99.00")  # the sale opens
+    shown = api.get(f"/v1/carts/{cart['cart_id']}").json()
+    bought = api.post(f"/v1/carts/{cart['cart_id']}/checkout")
+
+    assert shown["total"] == "198.00"  # the cart shows what the checkout will charge
+    assert bought.status_code == 201, bought.json()
+    assert bought.json()["total"] == "198.00"
+    set_window(serum, starts_in=-60, ends_in=-1, price="99.00")
+    late = api.post("/v1/carts", {"items": [{"product_id": serum.pk, "qty": 1}]}, format="json").json()
+    ended = api.post(f"/v1/carts/{late['cart_id']}/checkout")
+    assert (ended.status_code, ended.json()["code"]) == (410, "sale_ended")
+    assert_invariants()
+
+
+@pytest.mark.django_db
 def test_a_409_sale_not_started_is_not_stored_so_the_same_key_buys_once_the_sale_opens(api, make_product):
     product = make_product(stock=5, price="20.00")
     set_window(product, starts_in=10, ends_in=60, price="15.00")
