@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from devtools.testing import assert_invariants, run_concurrently
-from inventory.models import Inventory, StockMovement
+from inventory.models import Inventory, StockBucket, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.audit import audit_inventory
 from orders.models import Order, Reservation
@@ -112,7 +112,7 @@ def naive_set_counted(product_id, loaded_available, counted):
     """The bug the version check prevents: an ops form that saves the typed figure as an absolute value and
     logs the difference from what it showed when it was loaded."""
     with transaction.atomic():
-        Inventory.objects.filter(product_id=product_id).update(available_stock=counted)
+        StockBucket.objects.filter(product_id=product_id, bucket=0).update(available_stock=counted)
         StockMovement.objects.create(
             product_id=product_id,
             available_delta=counted - loaded_available,

@@ -16,13 +16,13 @@ from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt, ProcessedEvent
-from payments.testing import STRATEGIES, place_order
+from payments.testing import RACE_CASES, place_order
 from payments.tests.test_webhook import SECRET, deliver, event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(params=STRATEGIES)
+@pytest.fixture(params=RACE_CASES)
 def inventory_strategy(request):
     """Every payment/sweeper race runs with products of each inventory strategy."""
     return request.param
