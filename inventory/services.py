@@ -212,7 +212,13 @@ def _guarded_reserve(line: ReserveLine, *, order_id: int) -> None:
 
 def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
     """A bucketed product (docs/strategies.md#stock-buckets): a free bucket without waiting; else wait for one bucket
-    that had the units; else the full pass, which refuses only when the product really lacks them."""
+    that had the units; else the full pass, which refuses only when the product really lacks them.
+
+    Each attempt runs after a savepoint, rolled back when it comes back empty. A statement that found a row changed
+    since its snapshot locks the row's newest version before it re-checks it, and keeps that lock even when the
+    re-check fails; rolling back to the savepoint lets go of it, so the next attempt (and the full pass, which takes
+    the buckets in order) waits while holding no bucket of this product: no deadlock (docs/locking.md). The
+    SAVEPOINT is sent before the claim, so it does not lengthen the time a bucket is held."""
     params: dict[str, Any] = {
         "product_id": line.product_id,
         "qty": line.qty,
@@ -220,14 +226,14 @@ def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
         "order_id": order_id,
         "reason": Reason.RESERVE.value,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(CLAIM_BUCKET_SQL, params)
-        if cursor.fetchone() is not None:
-            return
-        for _ in range(WAITING_PASSES):
-            cursor.execute(CLAIM_WAITING_SQL, params)
-            if cursor.fetchone() is not None:
-                return
+    for sql in (CLAIM_BUCKET_SQL, *[CLAIM_WAITING_SQL] * WAITING_PASSES):
+        attempt = transaction.savepoint()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            claimed = cursor.fetchone() is not None
+        if claimed:
+            return  # the savepoint is released by COMMIT: a RELEASE would be a round trip while the bucket is held
+        transaction.savepoint_rollback(attempt)
     _reserve_from_all(line, order_id=order_id, ledger_written=False)
 
 

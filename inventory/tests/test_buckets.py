@@ -327,3 +327,44 @@ def test_the_checkout_reads_k_and_claims_in_one_statement(make_product, customer
     assert sent.count(services.CLAIM_BUCKET_SQL) == 1
     assert sent.index(services.CLAIM_BUCKET_SQL) > sent.index(checkouts.ORDER_SQL)
     assert services.CLAIM_WAITING_SQL not in sent
+
+
+@pytest.mark.django_db
+def test_stock_managers_set_the_buckets_in_the_admin(make_product):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from inventory.permissions import ensure_ops_groups
+
+    manager = get_user_model().objects.create_user(username="bucket-manager", password="x" * 20, is_staff=True)
+    ensure_ops_groups()["stock_managers"].user_set.add(manager)
+    client = Client()
+    client.force_login(manager)
+    product = make_product(stock=40)
+
+    def save(strategy, buckets):
+        return client.post(
+            f"/admin/inventory/product/{product.pk}/change/",
+            {
+                "sku": product.sku,
+                "name": product.name,
+                "price": "10.00",
+                "is_active": "on",
+                "inventory_strategy": strategy,
+                "stock_buckets": str(buckets),
+                "inventory-TOTAL_FORMS": "1",
+                "inventory-INITIAL_FORMS": "1",
+                "inventory-MIN_NUM_FORMS": "0",
+                "inventory-MAX_NUM_FORMS": "1",
+            },
+        )
+
+    assert save("guarded_update", 4).status_code == 302
+    assert Product.objects.get(pk=product.pk).stock_buckets == 4
+    assert bucket_stock(product) == {0: 10, 1: 10, 2: 10, 3: 10}
+    refused = save("row_lock", 4)  # buckets go with guarded_update only: a form error, nothing saved
+    assert refused.status_code == 200 and b"guarded_update strategy only" in refused.content
+    assert Product.objects.get(pk=product.pk).inventory_strategy == "guarded_update"
+    assert save("row_lock", 1).status_code == 302  # back to one row and another strategy in one save
+    assert (Product.objects.get(pk=product.pk).stock_buckets, bucket_stock(product)[0]) == (1, 40)
+    assert_invariants()
