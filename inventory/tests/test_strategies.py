@@ -78,6 +78,7 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
                 "price": "10.00",
                 "is_active": "on",
                 "inventory_strategy": strategy,
+                "stock_buckets": "1",
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",
