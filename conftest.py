@@ -12,6 +12,8 @@ os.environ.setdefault("DB_CONN_MAX_AGE", "0")
 os.environ.setdefault("SOLD_OUT_CACHE_MS", "0")
 
 _skus = count(1)
+# A product spread over 8 stock buckets (guarded_update): the race modules run every race against it too.
+BUCKETED = "bucketed"
 
 
 @pytest.fixture(autouse=True)
@@ -37,17 +39,24 @@ def inventory_strategy():
 def make_product(db, inventory_strategy):
     from inventory import services
 
-    def make(*, stock=10, price="10.00", is_active=True, name=None, strategy=None, max_per_customer=None):
+    def make(*, stock=10, price="10.00", is_active=True, name=None, strategy=None, max_per_customer=None, buckets=1):
         n = next(_skus)
-        return services.product_create(
+        strategy = strategy or inventory_strategy
+        if strategy == BUCKETED:  # the race suite's extra case: guarded_update over 8 stock buckets
+            strategy, buckets = "guarded_update", 8
+        product = services.product_create(
             sku=f"TEST-{os.getpid()}-{n}",
             name=name or f"Test product {n}",
             price=Decimal(price),
             initial_stock=stock,
             is_active=is_active,
-            inventory_strategy=strategy or inventory_strategy,
+            inventory_strategy=strategy,
             max_per_customer=max_per_customer,
         )
+        if buckets > 1:
+            services.stock_buckets_set(product_id=product.pk, buckets=buckets)
+            product.refresh_from_db()
+        return product
 
     return make
 

@@ -38,7 +38,7 @@ SQL_REST = [
     "INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at) VALUES (:order_id, 'pending', :price, '', now(), now());",
     "INSERT INTO stock_movements (product_id, available_delta, reserved_delta, reason, order_id, note, created_at) VALUES (:pid, -1, 1, 'reserve', :order_id, '', now());",
 ]
-SQL_GUARDED_UPDATE = "UPDATE inventories SET available_stock = available_stock - 1, reserved_stock = reserved_stock + 1, version = version + 1, updated_at = now() WHERE product_id = :pid AND available_stock >= 1;"
+SQL_GUARDED_UPDATE = "UPDATE stock_buckets SET available_stock = available_stock - 1, reserved_stock = reserved_stock + 1, version = version + 1, updated_at = now() WHERE product_id = :pid AND available_stock >= 1;"
 
 
 def pgbench_script(name: str, customer_id: int) -> str:

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from inventory import services
 from inventory.exceptions import StockConflict
-from inventory.models import Inventory
+from inventory.models import Inventory, StockBucket
 
 
 @transaction.atomic(savepoint=False)
@@ -22,7 +22,7 @@ def naive_stock_reserve(*, quantities, order_id, quotes=None):
         )[0]  # plain read: no FOR UPDATE, no guard
         if available < qty:
             raise StockConflict(product_ids=[product_id])
-        Inventory.objects.filter(product_id=product_id).update(
+        StockBucket.objects.filter(product_id=product_id, bucket=0).update(
             available_stock=available - qty, reserved_stock=reserved + qty
         )  # absolute write of what was read (the reserve ledger rows were written with the order, as always)
 

@@ -310,6 +310,32 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "bucket-claim-waits",
+        "a bucketed product's claim waits for a held bucket (SKIP LOCKED dropped)",
+        "inventory/services.py",
+        "       FOR NO KEY UPDATE SKIP LOCKED\n), taken AS (",
+        "       FOR NO KEY UPDATE\n), taken AS (",
+        ("inventory/tests/test_buckets.py::test_a_checkout_never_waits_while_a_free_bucket_has_the_units",),
+    ),
+    Mutation(
+        "bucket-refused-without-fallback",
+        "a bucketed product is refused when no single bucket can cover the request (no full pass)",
+        "inventory/services.py",
+        "    _reserve_from_all(line, order_id=order_id, ledger_written=False)\n",
+        "    raise StockConflict(product_ids=[line.product_id])\n",
+        ("inventory/tests/test_buckets.py::test_a_request_larger_than_any_bucket_moves_units_and_sells",),
+    ),
+    Mutation(
+        "bucket-released-to-bucket-0",
+        "units of an ending reservation go back to bucket 0, not to the bucket that holds them",
+        "inventory/services.py",
+        "(product_id, held_in.get((order_id, product_id), 0), order_id, qty) for order_id",
+        "(product_id, 0, order_id, qty) for order_id",
+        (
+            "orders/tests/test_sweeper.py::test_three_sweepers_over_thousands_of_due_orders_with_checkouts_running[bucketed]",
+        ),
+    ),
+    Mutation(
         "upward-import",
         "inventory imports orders (the dependency guard must notice)",
         "inventory/selectors.py",

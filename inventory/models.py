@@ -47,6 +47,15 @@ class Product(models.Model):
         blank=True,
         help_text="Unit price inside the sale window; empty = the regular price. Needs a window.",
     )
+    # How many stock rows (buckets) the product's units are spread over (docs/strategies.md#stock-buckets): 1 = one
+    # row, as the seed has it. A hot product's checkouts then claim a bucket with SKIP LOCKED instead of queueing on
+    # one row. Changed only through inventory.services.stock_buckets_set (it moves the units).
+    stock_buckets = models.PositiveSmallIntegerField(
+        default=1,
+        db_default=1,
+        help_text="Stock rows the units are spread over (1-64); more rows let more checkouts of one product run at "
+        "once. Only with the guarded_update strategy.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -55,6 +64,14 @@ class Product(models.Model):
         ordering = ["id"]
         constraints = [
             models.CheckConstraint(condition=Q(price__gte=0), name="products_price_gte_0"),
+            models.CheckConstraint(
+                condition=Q(stock_buckets__gte=1) & Q(stock_buckets__lte=64), name="products_stock_buckets_1_64"
+            ),
+            models.CheckConstraint(
+                condition=Q(stock_buckets=1) | Q(inventory_strategy=InventoryStrategy.GUARDED_UPDATE),
+                name="products_stock_buckets_need_guarded_update",
+                violation_error_message="Stock buckets (more than 1) work with the guarded_update strategy only.",
+            ),
             models.CheckConstraint(
                 condition=Q(inventory_strategy__in=InventoryStrategy.values), name="products_inventory_strategy_valid"
             ),
@@ -84,27 +101,51 @@ class Product(models.Model):
 
 
 class Inventory(models.Model):
-    """Stock counters of one product. ``available_stock`` can be claimed by new checkouts;
-    ``reserved_stock`` is held by pending orders. Only ``inventory.services`` writes these fields."""
+    """Stock totals of one product: a database VIEW summing the product's :class:`StockBucket` rows, so
+    ``SELECT available_stock, reserved_stock FROM inventories WHERE product_id = …`` (the seed's read) is exact, with
+    no row of its own for a checkout to queue on. ``available_stock`` can be claimed by new checkouts;
+    ``reserved_stock`` is held by pending orders. ``version`` changes whenever any bucket changes. Read-only."""
 
-    product = models.OneToOneField(Product, on_delete=models.PROTECT, primary_key=True, related_name="inventory")
+    product = models.OneToOneField(Product, on_delete=models.DO_NOTHING, primary_key=True, related_name="inventory")
+    available_stock = models.IntegerField()
+    reserved_stock = models.IntegerField()
+    version = models.BigIntegerField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        managed = False  # the view is created by migration inventory.0006
+        db_table = "inventories"
+        verbose_name_plural = "inventories"
+        ordering = ["product_id"]
+        permissions = [("adjust_stock", "Can adjust and count stock")]
+
+    def __str__(self):
+        return f"stock of product {self.product_id}: {self.available_stock} available, {self.reserved_stock} reserved"
+
+
+class StockBucket(models.Model):
+    """One stock row of a product: bucket 0 always exists; a product with ``stock_buckets`` = K sells from buckets
+    0..K-1 (rows at K or above, left by lowering K, only hold reservations until they end and units that the next
+    full pass moves). Only ``inventory.services`` writes these fields."""
+
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="buckets")
+    bucket = models.PositiveSmallIntegerField()
     available_stock = models.IntegerField(default=0)
     reserved_stock = models.IntegerField(default=0)
     version = models.BigIntegerField(default=1)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        db_table = "inventories"
-        verbose_name_plural = "inventories"
-        ordering = ["product_id"]
-        permissions = [("adjust_stock", "Can adjust and count stock")]
+        db_table = "stock_buckets"
+        ordering = ["product_id", "bucket"]
         constraints = [
-            models.CheckConstraint(condition=Q(available_stock__gte=0), name="inventories_available_stock_gte_0"),
-            models.CheckConstraint(condition=Q(reserved_stock__gte=0), name="inventories_reserved_stock_gte_0"),
+            models.UniqueConstraint(fields=["product", "bucket"], name="stock_buckets_product_bucket_uniq"),
+            models.CheckConstraint(condition=Q(available_stock__gte=0), name="stock_buckets_available_stock_gte_0"),
+            models.CheckConstraint(condition=Q(reserved_stock__gte=0), name="stock_buckets_reserved_stock_gte_0"),
         ]
 
     def __str__(self):
-        return f"stock of product {self.product_id}: {self.available_stock} available, {self.reserved_stock} reserved"
+        return f"bucket {self.bucket} of product {self.product_id}: {self.available_stock} available"
 
 
 class StockMovement(models.Model):
@@ -119,8 +160,11 @@ class StockMovement(models.Model):
         RESTOCK = "restock", "Initial stock / restock"
         ADJUSTMENT = "adjustment", "Manual adjustment"
         COUNT = "count", "Stock count"
+        REBALANCE = "rebalance", "Moved between stock buckets"
 
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="stock_movements")
+    # The stock row (StockBucket.bucket) the units moved in; a reserve row also says where its reservation is held.
+    bucket = models.PositiveSmallIntegerField(default=0, db_default=0)
     available_delta = models.IntegerField()
     reserved_delta = models.IntegerField()
     reason = models.CharField(max_length=20, choices=Reason.choices)
@@ -141,7 +185,9 @@ class StockMovement(models.Model):
                 condition=~Q(available_delta=0) | ~Q(reserved_delta=0), name="stock_movements_nonzero"
             ),
             models.CheckConstraint(
-                condition=Q(reason__in=["reserve", "consume", "expire", "cancel", "restock", "adjustment", "count"]),
+                condition=Q(
+                    reason__in=["reserve", "consume", "expire", "cancel", "restock", "adjustment", "count", "rebalance"]
+                ),
                 name="stock_movements_reason",
             ),
         ]

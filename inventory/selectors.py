@@ -29,6 +29,7 @@ class ProductView(NamedTuple):
     max_per_customer: int | None
     available_stock: int
     inventory_strategy: str
+    stock_buckets: int
     sale_price: Decimal | None
     sale_starts_at: datetime | None
     sale_ends_at: datetime | None
@@ -44,7 +45,7 @@ class ProductView(NamedTuple):
 # Fixed statements: a product read is one round trip and no ORM compilation (docs/benchmarks.md).
 _PRODUCTS_SQL = f"""
 SELECT p.id, p.sku, p.name, p.price, p.max_per_customer, COALESCE(i.available_stock, 0), p.inventory_strategy,
-       p.sale_price, p.sale_starts_at, p.sale_ends_at, {SALE_STATE_SQL}, {SECONDS_TO_START_SQL}
+       p.stock_buckets, p.sale_price, p.sale_starts_at, p.sale_ends_at, {SALE_STATE_SQL}, {SECONDS_TO_START_SQL}
 FROM products p LEFT JOIN inventories i ON i.product_id = p.id
 WHERE p.is_active
 """

@@ -16,7 +16,7 @@ from orders.models import OrderStatus, ReservationStatus
 ACTIVE, CONSUMED = ReservationStatus.ACTIVE.value, ReservationStatus.CONSUMED.value
 EXPIRED, R_CANCELLED = ReservationStatus.EXPIRED.value, ReservationStatus.CANCELLED.value
 PENDING, PAID, CANCELLED = OrderStatus.PENDING_PAYMENT.value, OrderStatus.PAID.value, OrderStatus.CANCELLED.value
-CONSUME = StockMovement.Reason.CONSUME.value
+CONSUME, RESERVE = StockMovement.Reason.CONSUME.value, StockMovement.Reason.RESERVE.value
 
 CHECKS: dict[str, str] = {
     "negative_stock": """
@@ -38,6 +38,29 @@ CHECKS: dict[str, str] = {
         LEFT JOIN (SELECT product_id, SUM(available_delta) AS available, SUM(reserved_delta) AS reserved
                    FROM stock_movements GROUP BY product_id) m ON m.product_id = i.product_id
         WHERE i.available_stock <> COALESCE(m.available, 0) OR i.reserved_stock <> COALESCE(m.reserved, 0)
+    """,
+    "bucket_counters_vs_ledger": """
+        SELECT b.product_id,
+               format('bucket %%s: available=%%s reserved=%%s but its ledger rows add up to available=%%s reserved=%%s',
+                      b.bucket, b.available_stock, b.reserved_stock, COALESCE(m.available, 0), COALESCE(m.reserved, 0))
+        FROM stock_buckets b
+        LEFT JOIN (SELECT product_id, bucket, SUM(available_delta) AS available, SUM(reserved_delta) AS reserved
+                   FROM stock_movements GROUP BY product_id, bucket) m
+               ON m.product_id = b.product_id AND m.bucket = b.bucket
+        WHERE b.available_stock <> COALESCE(m.available, 0) OR b.reserved_stock <> COALESCE(m.reserved, 0)
+    """,
+    "bucket_reserved_vs_reservations": """
+        SELECT b.product_id, format('bucket %%s: reserved_stock=%%s but active reservations held there hold %%s',
+                                    b.bucket, b.reserved_stock, COALESCE(r.qty, 0))
+        FROM stock_buckets b
+        LEFT JOIN (SELECT r.product_id, m.bucket, SUM(r.qty) AS qty
+                   FROM inventory_reservations r
+                   JOIN stock_movements m ON m.order_id = r.order_id AND m.product_id = r.product_id
+                                         AND m.reason = '{RESERVE}'
+                   WHERE r.status = '{ACTIVE}'
+                   GROUP BY r.product_id, m.bucket) r
+               ON r.product_id = b.product_id AND r.bucket = b.bucket
+        WHERE b.reserved_stock <> COALESCE(r.qty, 0)
     """,
     "consumed_vs_ledger": """
         SELECT p.id, format('consumed reservations hold %%s units but the ledger consumed %%s', COALESCE(r.qty, 0), COALESCE(m.qty, 0))
@@ -76,6 +99,7 @@ _VALUES = {
     "PAID": PAID,
     "CANCELLED": CANCELLED,
     "CONSUME": CONSUME,
+    "RESERVE": RESERVE,
 }
 CHECKS = {name: sql.format(**_VALUES) for name, sql in CHECKS.items()}
 
@@ -83,6 +107,8 @@ DESCRIPTIONS = {
     "negative_stock": "no counter is negative",
     "reserved_vs_active_reservations": "reserved_stock equals the sum of active reservations",
     "counters_vs_ledger": "available/reserved equal what the stock ledger adds up to",
+    "bucket_counters_vs_ledger": "each stock bucket's counters equal its own ledger rows",
+    "bucket_reserved_vs_reservations": "each stock bucket holds exactly the active reservations placed in it",
     "consumed_vs_ledger": "units consumed by paid orders equal the ledger's consume rows",
     "order_vs_reservations": "each order's status agrees with its reservations",
     "reservation_expiry_vs_order": "active reservations expire with their order",

@@ -56,7 +56,7 @@ from skincare.validation import parse_rate
 QUOTES_SQL = f"""
 SELECT p.id, {UNIT_PRICE_SQL} AS unit_price, COALESCE(i.available_stock, 0), p.inventory_strategy,
        COALESCE(i.version, 0), p.max_per_customer, {SALE_STATE_SQL} AS sale, p.sale_starts_at,
-       {SECONDS_TO_START_SQL} AS seconds_to_start,
+       {SECONDS_TO_START_SQL} AS seconds_to_start, p.stock_buckets, COALESCE(i.bucket_rows, 1),
        (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
 FROM products p LEFT JOIN inventories i ON i.product_id = p.id
 WHERE p.id = ANY(%(product_ids)s) AND p.is_active
@@ -76,8 +76,9 @@ WITH new_order AS (
             statement_timestamp(), statement_timestamp())
     RETURNING id, total, created_at, payment_expires_at
 ), line AS (
-    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[])
-        AS line(product_id, qty, unit_price)
+    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[],
+                         %(buckets)s::integer[])
+        AS line(product_id, qty, unit_price, buckets)
 ), new_lines AS (
     INSERT INTO order_lines (order_id, product_id, qty, unit_price)
     SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line
@@ -87,9 +88,12 @@ WITH new_order AS (
            new_order.created_at, new_order.created_at
     FROM new_order, line
 ), reserve_ledger AS (
-    INSERT INTO stock_movements (product_id, available_delta, reserved_delta, reason, order_id, note, created_at)
-    SELECT line.product_id, -line.qty, line.qty, %(reserve)s, new_order.id, '', new_order.created_at
+    -- bucket 0 of a one-row product; a bucketed product's row is written by its claim, which knows the bucket
+    INSERT INTO stock_movements (product_id, bucket, available_delta, reserved_delta, reason, order_id, note,
+                                 created_at)
+    SELECT line.product_id, 0, -line.qty, line.qty, %(reserve)s, new_order.id, '', new_order.created_at
     FROM new_order, line
+    WHERE line.buckets = 1
 ), new_payment_attempt AS (
     INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at)
     SELECT new_order.id, %(attempt_pending)s, new_order.total, '', new_order.created_at, new_order.created_at
@@ -133,6 +137,8 @@ class Quote(NamedTuple):
     sale: str | None  # scheduled | open | ended by this transaction's clock; None without a window
     sale_starts_at: datetime | None
     seconds_to_start: Decimal | None  # scheduled only
+    buckets: int  # the product's stock_buckets (K)
+    bucket_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
 
 
 def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -161,7 +167,7 @@ def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
     (503).
     """
     order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
-    _reserve_stock(reserve)
+    _reserve_stock(order, reserve)
     return order
 
 
@@ -179,7 +185,7 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
             QUOTES_SQL,
             {"customer_lock": advisory_key("customer_checkout", customer.pk), "product_ids": list(quantities)},
         )
-        quotes = {row[0]: Quote(*row[1:9]) for row in cursor.fetchall()}
+        quotes = {row[0]: Quote(*row[1:11]) for row in cursor.fetchall()}
     missing = sorted(set(quantities) - set(quotes))
     if missing:
         raise InvalidProduct(product_ids=missing)
@@ -211,6 +217,7 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
                 "product_ids": product_ids,
                 "qtys": [quantities[pid] for pid in product_ids],
                 "prices": [quotes[pid].price for pid in product_ids],
+                "buckets": [quotes[pid].buckets for pid in product_ids],
                 "limited_ids": sorted(limits),
                 "max_pending": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
             },
@@ -236,7 +243,17 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
         total=total,
         lines=tuple(OrderLineView(pid, quantities[pid], quotes[pid].price) for pid in product_ids),
     )
-    reserve = [ReserveLine(pid, quantities[pid], quotes[pid].strategy, quotes[pid].version) for pid in product_ids]
+    reserve = [
+        ReserveLine(
+            pid,
+            quantities[pid],
+            quotes[pid].strategy,
+            quotes[pid].version,
+            quotes[pid].buckets,
+            quotes[pid].bucket_rows,
+        )
+        for pid in product_ids
+    ]
     return order, reserve
 
 
@@ -258,9 +275,9 @@ def _refuse_outside_sale_window(quotes: dict[int, Quote]) -> None:
         )
 
 
-def _reserve_stock(lines: list[ReserveLine]) -> None:
-    """The last statements before COMMIT: the inventory rows, by each product's strategy (``inventory.services``)."""
-    inventory_services.stock_reserve(lines=lines)
+def _reserve_stock(order: OrderView, lines: list[ReserveLine]) -> None:
+    """The last statements before COMMIT: the stock rows, by each product's strategy (``inventory.services``)."""
+    inventory_services.stock_reserve(order_id=order.order_id, lines=lines)
 
 
 def checkout_in_transaction(
@@ -276,7 +293,7 @@ def checkout_in_transaction(
     order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
     if before_reserve is not None:
         before_reserve(order)
-    _reserve_stock(reserve)
+    _reserve_stock(order, reserve)
     return order
 
 
@@ -408,7 +425,7 @@ def checkout_idempotent(
     try:
         order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
         store_answer(key_id=key_id, status=201, body=order.to_json())
-        _reserve_stock(reserve)
+        _reserve_stock(order, reserve)
     except DomainError as exc:
         if not replayable(exc):
             raise

@@ -15,6 +15,9 @@ from payments import checkout as checkouts
 from skincare.errors import ServiceBusy
 
 STRATEGIES = list(InventoryStrategy.values)
+# The race modules' cases: every strategy, and guarded_update spread over 8 stock buckets (conftest's make_product).
+BUCKETED = "bucketed"
+RACE_CASES = [*STRATEGIES, BUCKETED]
 
 
 def place_order(*, customer, items):

@@ -18,9 +18,13 @@ Every transaction that takes more than one lock takes them in this order, and ne
 5. that order's ``payment_attempts``, then its ``inventory_reservations`` — ``FOR NO KEY UPDATE``, by (order,
    product) (``payments.services``, ``orders.locks``).
 6. advisory keys ``("inventory_product", product id)`` of ``advisory``-strategy products, ascending id (checkout
-   only, ``inventory.services``).
-7. ``inventories`` rows — ascending product id: guarded ``UPDATE``s, or ``FOR NO KEY UPDATE [NOWAIT]`` of all of a
-   cart's rows first (``inventory.services``). Always the last statements before COMMIT.
+   only, ``inventory.services``); and the ``products`` row whose number of stock buckets a stock manager changes
+   (``stock_buckets_set``; no checkout locks a product row).
+7. ``stock_buckets`` rows — ascending product id, and within one product: a bucket claimed with ``SKIP LOCKED``
+   (never waits), or one bucket waited for, or all of its buckets in bucket order (the full pass, ops changes);
+   guarded ``UPDATE``s, or ``FOR NO KEY UPDATE [NOWAIT]`` of all of a cart's bucket-0 rows first
+   (``inventory.services``). Always the last statements before COMMIT. A transaction that holds a bucket of a
+   product never waits for another bucket of that product, except in bucket order.
 
 A checkout's own new rows (order, lines, reservations, attempt, ledger) are invisible to everyone until COMMIT, so
 nobody waits for them: a checkout takes steps 1, 3, 6 and 7, a cart checkout 1, 2½, 3, 6 and 7. A new lock gets a place in this list (and its argument

@@ -147,7 +147,9 @@ class RowHolder:
 
         def hold():
             with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SELECT 1 FROM inventories WHERE product_id = %s FOR UPDATE", [product_id])
+                cursor.execute(
+                    "SELECT 1 FROM stock_buckets WHERE bucket = 0 AND product_id = %s FOR UPDATE", [product_id]
+                )
                 self.held.set()
                 self.release.wait(timeout=60)
 
@@ -187,7 +189,9 @@ def test_creating_and_replacing_a_cart_take_no_inventory_lock(make_product, cust
 def naive_cart_create(customer, product_id, qty):
     """A cart that "checks the stock properly" by locking the row it reads: it queues behind every checkout."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT available_stock FROM inventories WHERE product_id = %s FOR SHARE", [product_id])
+        cursor.execute(
+            "SELECT available_stock FROM stock_buckets WHERE bucket = 0 AND product_id = %s FOR SHARE", [product_id]
+        )
         return services.cart_create(customer=customer, items=[(product_id, qty)])
 
 

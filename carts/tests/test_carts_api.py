@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from carts.models import Cart, CartItem
 from devtools.testing import assert_invariants
-from inventory.models import Inventory
+from inventory.models import Inventory, StockBucket
 from inventory.services import stock_adjust
 from inventory.tests.test_sale_window import set_window
 from orders.models import Order
@@ -159,7 +159,7 @@ def test_get_shows_current_prices_and_availability_in_one_query(api, make_produc
     serum.save()
     toner.is_active = False
     toner.save()
-    Inventory.objects.filter(product=serum).update(available_stock=1)
+    StockBucket.objects.filter(product=serum, bucket=0).update(available_stock=1)
     api.get(f"/v1/carts/{cart['cart_id']}")  # the token is remembered after its first use
 
     with CaptureQueriesContext(connection) as queries:

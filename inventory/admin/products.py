@@ -1,6 +1,8 @@
-"""Products in the admin: name, price, whether it is on sale and its sale window (start, end, sale price). The stock
-counters are shown, never edited. Stock managers (``inventory.change_product``) edit the window; the database
-checks that it ends after it starts and that a sale price has a window (docs/sale-windows.md)."""
+"""Products in the admin: name, price, whether it is on sale and its sale window (start, end, sale price), and how
+many stock buckets its units are spread over. The stock counters are shown, never edited. Stock managers
+(``inventory.change_product``) edit the window; the database checks that it ends after it starts and that a sale
+price has a window (docs/sale-windows.md). A new number of stock buckets is applied by
+``inventory.services.stock_buckets_set``, which moves the units (docs/strategies.md#stock-buckets)."""
 
 from typing import Any
 
@@ -45,6 +47,7 @@ class ProductAdmin(admin.ModelAdmin):
         "max_per_customer",
         "is_active",
         "inventory_strategy",
+        "stock_buckets",
         "sale_starts_at",
         "sale_ends_at",
         "sale_price",
@@ -59,7 +62,7 @@ class ProductAdmin(admin.ModelAdmin):
     readonly_fields = ["created_at", "updated_at"]
 
     def get_fields(self, request: HttpRequest, obj: Product | None = None) -> list[str]:
-        fields = ["sku", "name", "price", "max_per_customer", "is_active", "inventory_strategy"]
+        fields = ["sku", "name", "price", "max_per_customer", "is_active", "inventory_strategy", "stock_buckets"]
         fields += ["sale_starts_at", "sale_ends_at", "sale_price"]
         return [*fields, *([] if obj is None else ["created_at", "updated_at"])]
 
@@ -77,8 +80,23 @@ class ProductAdmin(admin.ModelAdmin):
         return inventory.reserved_stock if inventory else None
 
     def save_model(self, request: HttpRequest, obj: Product, form: Any, change: bool) -> None:
+        buckets = obj.stock_buckets
         if change:
-            super().save_model(request, obj, form, change)
+            if "stock_buckets" not in form.changed_data:
+                super().save_model(request, obj, form, change)
+                return
+            # The service moves the units and writes the new number; the form saves everything else. Fewer buckets
+            # first (the strategy in the database still allows them), more buckets after a new strategy is saved.
+            previous = form.initial["stock_buckets"]
+            obj.stock_buckets = previous
+            if buckets < previous:
+                services.stock_buckets_set(product_id=obj.pk, buckets=buckets, actor=request.user)
+                obj.stock_buckets = buckets
+                super().save_model(request, obj, form, change)
+            else:
+                super().save_model(request, obj, form, change)
+                services.stock_buckets_set(product_id=obj.pk, buckets=buckets, actor=request.user)
+                obj.stock_buckets = buckets
             return
         # A new product gets its inventory row through the service (stock 0; add stock with Adjust).
         created = services.product_create(
@@ -99,6 +117,8 @@ class ProductAdmin(admin.ModelAdmin):
                 sale_price=obj.sale_price,
                 max_per_customer=obj.max_per_customer,
             )
+        if buckets > 1:
+            services.stock_buckets_set(product_id=created.pk, buckets=buckets, actor=request.user)
         obj.pk = created.pk
         obj.created_at, obj.updated_at = created.created_at, created.updated_at
         obj._state.adding = False

@@ -211,6 +211,7 @@ def test_product_edit_cannot_smuggle_a_stock_change(manager_client, shop):
             "price": "12.50",
             "is_active": "on",
             "inventory_strategy": "guarded_update",  # the form's select always submits a value
+            "stock_buckets": "1",
             "inventory-TOTAL_FORMS": "1",
             "inventory-INITIAL_FORMS": "1",
             "inventory-MIN_NUM_FORMS": "0",
@@ -235,6 +236,7 @@ def test_adding_a_product_in_the_admin_creates_its_inventory(superuser_client):
             "price": "9.99",
             "is_active": "on",
             "inventory_strategy": "guarded_update",  # the form's select always submits a value
+            "stock_buckets": "1",
             "inventory-TOTAL_FORMS": "0",
             "inventory-INITIAL_FORMS": "0",
             "inventory-MIN_NUM_FORMS": "0",

@@ -21,6 +21,7 @@ def test_products_are_public_with_available_stock(client, make_product):
                 "max_per_customer": None,
                 "available_stock": 7,
                 "inventory_strategy": "guarded_update",
+                "stock_buckets": 1,
                 "sale_price": None,
                 "sale_starts_at": None,
                 "sale_ends_at": None,

@@ -177,6 +177,7 @@ def test_stock_manager_edits_the_window_in_the_admin_and_a_viewer_cannot(make_pr
         "price": "129.00",
         "is_active": "on",
         "inventory_strategy": "guarded_update",
+        "stock_buckets": "1",
         "sale_starts_at_0": "2030-01-01",
         "sale_starts_at_1": "12:00:00",
         "sale_ends_at_0": "2030-01-01",

@@ -5,7 +5,7 @@ import pytest
 from devtools.testing import run_concurrently
 from inventory import soldout
 from inventory.exceptions import StockConflict
-from inventory.models import Inventory
+from inventory.models import Inventory, StockBucket
 from orders.models import Order
 from payments.testing import place_order
 
@@ -75,7 +75,7 @@ def test_the_window_is_never_longer_than_250_ms(clock, settings, make_product, c
     settings.SOLD_OUT_CACHE_MS = 60_000
     product = make_product(stock=0)
     assert checkout_status(customer, product) == 409
-    Inventory.objects.filter(pk=product.pk).update(available_stock=0)  # nothing changes
+    StockBucket.objects.filter(pk=product.pk, bucket=0).update(available_stock=0)  # nothing changes
     from inventory import services as inventory_services
 
     inventory_services.stock_adjust(product_id=product.pk, delta=1, note="restock")

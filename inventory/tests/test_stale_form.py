@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from devtools.testing import assert_invariants, run_concurrently
-from inventory.models import Inventory, StockMovement
+from inventory.models import Inventory, StockBucket, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.audit import audit_inventory
 from orders.models import Order, Reservation
@@ -112,7 +112,7 @@ def naive_set_counted(product_id, loaded_available, counted):
     """The bug the version check prevents: an ops form that saves the typed figure as an absolute value and
     logs the difference from what it showed when it was loaded."""
     with transaction.atomic():
-        Inventory.objects.filter(product_id=product_id).update(available_stock=counted)
+        StockBucket.objects.filter(product_id=product_id, bucket=0).update(available_stock=counted)
         StockMovement.objects.create(
             product_id=product_id,
             available_delta=counted - loaded_available,
@@ -134,7 +134,12 @@ def test_control_naive_absolute_save_silently_overwrites_the_concurrent_reservat
     assert (available, reserved) == (15, 2)
     assert available + reserved != 15
     violations = audit_inventory()
-    assert [(v.check, v.subject_id) for v in violations] == [("counters_vs_ledger", product.pk)]
+    # the product's totals, and its one bucket's (the per-bucket twin of the same check)
+    assert {(v.check, v.subject_id) for v in violations} == {
+        ("counters_vs_ledger", product.pk),
+        ("bucket_counters_vs_ledger", product.pk),
+    }
+    violations = [v for v in violations if v.check == "counters_vs_ledger"]
     assert "available=15" in violations[0].detail
     assert "available=13" in violations[0].detail  # what the ledger says: 10 - 2 + 5
     with pytest.raises(AssertionError, match="counters_vs_ledger"):

@@ -78,6 +78,7 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
                 "price": "10.00",
                 "is_active": "on",
                 "inventory_strategy": strategy,
+                "stock_buckets": "1",
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",
@@ -118,7 +119,9 @@ def hold_inventory_row(product):
 
     def hold_row():
         with psycopg.connect(conninfo()) as other:
-            other.execute("SELECT 1 FROM inventories WHERE product_id = %s FOR NO KEY UPDATE", [product.pk])
+            other.execute(
+                "SELECT 1 FROM stock_buckets WHERE bucket = 0 AND product_id = %s FOR NO KEY UPDATE", [product.pk]
+            )
             held.set()
             assert release.wait(timeout=60)
 
@@ -190,7 +193,9 @@ def test_optimistic_gives_up_after_its_bound_when_the_version_keeps_changing(mak
         if is_reserve(sql):
             attempts.append(1)
             with psycopg.connect(conninfo(), autocommit=True) as other:  # commits before our UPDATE runs
-                other.execute("UPDATE inventories SET version = version + 1 WHERE product_id = %s", [product.pk])
+                other.execute(
+                    "UPDATE stock_buckets SET version = version + 1 WHERE bucket = 0 AND product_id = %s", [product.pk]
+                )
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(someone_else_changes_the_row_first), pytest.raises(StockConflict) as refused:
@@ -214,7 +219,10 @@ def test_optimistic_succeeds_once_the_version_holds(make_product, customer, sett
             attempts.append(1)
             if len(attempts) == 1:
                 with psycopg.connect(conninfo(), autocommit=True) as other:
-                    other.execute("UPDATE inventories SET version = version + 1 WHERE product_id = %s", [product.pk])
+                    other.execute(
+                        "UPDATE stock_buckets SET version = version + 1 WHERE bucket = 0 AND product_id = %s",
+                        [product.pk],
+                    )
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(change_the_row_once):

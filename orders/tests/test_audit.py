@@ -15,7 +15,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from inventory import services as inventory_services
-from inventory.models import Inventory, StockMovement
+from inventory.models import Inventory, StockBucket, StockMovement
 from orders import services as order_services
 from orders.audit import CHECKS, DESCRIPTIONS, audit_inventory
 from orders.models import Order, Reservation
@@ -61,6 +61,9 @@ def busy_shop(make_product, make_customer):
     inventory_services.stock_adjust(product_id=serum.pk, delta=-1, note="damaged")
     toner_version = Inventory.objects.get(product=toner).version
     inventory_services.stock_set_counted(product_id=toner.pk, counted=7, expected_version=toner_version, note="count")
+    # The serum is spread over 4 stock buckets mid-history (its pending units stay in bucket 0), then sold from one.
+    inventory_services.stock_buckets_set(product_id=serum.pk, buckets=4)
+    bucketed = place_order(customer=make_customer(), items=[(serum.pk, 1)])
     statuses = dict(Order.objects.values_list("pk", "status"))
     assert [statuses[o.pk] for o in (pending, paid, cancelled, expired)] == [
         "pending_payment",
@@ -68,7 +71,7 @@ def busy_shop(make_product, make_customer):
         "cancelled",
         "cancelled",
     ]
-    return {"serum": serum, "toner": toner, "pending": pending, "paid": paid}
+    return {"serum": serum, "toner": toner, "pending": pending, "paid": paid, "bucketed": bucketed}
 
 
 def test_audit_passes_on_healthy_data(busy_shop):
@@ -79,7 +82,7 @@ def test_audit_passes_on_healthy_data(busy_shop):
     assert "FAIL" not in output
     assert output.strip().endswith("audit_inventory: all checks passed")
     serum, toner = (Inventory.objects.get(product=busy_shop[name]) for name in ("serum", "toner"))
-    assert (serum.available_stock, serum.reserved_stock) == (14, 2)  # 20 - 2 pending - 3 paid - 1 damaged
+    assert (serum.available_stock, serum.reserved_stock) == (13, 3)  # 20 - 3 pending - 3 paid - 1 damaged
     assert (toner.available_stock, toner.reserved_stock) == (7, 1)  # counted 7, 1 pending
     assert audit_inventory() == []
 
@@ -94,10 +97,10 @@ def corrupt_negative_stock(shop):
     available = Inventory.objects.get(product=toner).available_stock
     with connection.cursor() as cursor:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # ALTER TABLE refuses to run with deferred FK checks pending
-        cursor.execute("ALTER TABLE inventories DROP CONSTRAINT inventories_available_stock_gte_0")
-        cursor.execute("UPDATE inventories SET available_stock = -1 WHERE product_id = %s", [toner.pk])
+        cursor.execute("ALTER TABLE stock_buckets DROP CONSTRAINT stock_buckets_available_stock_gte_0")
+        cursor.execute("UPDATE stock_buckets SET available_stock = -1 WHERE bucket = 0 AND product_id = %s", [toner.pk])
         cursor.execute(
-            "ALTER TABLE inventories ADD CONSTRAINT inventories_available_stock_gte_0 "
+            "ALTER TABLE stock_buckets ADD CONSTRAINT stock_buckets_available_stock_gte_0 "
             "CHECK (available_stock >= 0) NOT VALID"
         )
         cursor.execute("SET CONSTRAINTS ALL DEFERRED")
@@ -117,7 +120,7 @@ def corrupt_reserved_vs_active_reservations(shop):
 
 def corrupt_counters_vs_ledger(shop):
     """The bug this whole admin avoids: a counter written as a plain field, without a ledger row."""
-    Inventory.objects.filter(product=shop["serum"]).update(available_stock=F("available_stock") + 5)
+    StockBucket.objects.filter(product=shop["serum"], bucket=0).update(available_stock=F("available_stock") + 5)
     return shop["serum"].pk
 
 
@@ -140,13 +143,43 @@ def corrupt_reservation_expiry_vs_order(shop):
     return reservation.pk
 
 
+def corrupt_bucket_counters_vs_ledger(shop):
+    """A unit moved from one bucket to another without ledger rows: the product's totals still agree."""
+    serum = shop["serum"]
+    StockBucket.objects.filter(product=serum, bucket=1).update(available_stock=F("available_stock") - 1)
+    StockBucket.objects.filter(product=serum, bucket=2).update(available_stock=F("available_stock") + 1)
+    return serum.pk
+
+
+def corrupt_bucket_reserved_vs_reservations(shop):
+    """Reserved units moved to another bucket, with ledger rows, while the reservation still names the old one."""
+    serum = shop["serum"]
+    held = StockMovement.objects.get(order_id=shop["bucketed"].pk, reason="reserve").bucket
+    other = (held + 1) % 4
+    for bucket, delta in ((held, -1), (other, 1)):
+        StockBucket.objects.filter(product=serum, bucket=bucket).update(reserved_stock=F("reserved_stock") + delta)
+        StockMovement.objects.create(
+            product=serum, bucket=bucket, available_delta=0, reserved_delta=delta, reason="rebalance", note="corrupt"
+        )
+    return serum.pk
+
+
 CORRUPTIONS = {
     "negative_stock": corrupt_negative_stock,
     "reserved_vs_active_reservations": corrupt_reserved_vs_active_reservations,
     "counters_vs_ledger": corrupt_counters_vs_ledger,
+    "bucket_counters_vs_ledger": corrupt_bucket_counters_vs_ledger,
+    "bucket_reserved_vs_reservations": corrupt_bucket_reserved_vs_reservations,
     "consumed_vs_ledger": corrupt_consumed_vs_ledger,
     "order_vs_reservations": corrupt_order_vs_reservations,
     "reservation_expiry_vs_order": corrupt_reservation_expiry_vs_order,
+}
+
+
+# The bucket check that a product-level corruption trips as well (the product has one bucket there).
+BUCKET_TWIN = {
+    "counters_vs_ledger": "bucket_counters_vs_ledger",
+    "reserved_vs_active_reservations": "bucket_reserved_vs_reservations",
 }
 
 
@@ -160,15 +193,19 @@ def test_audit_catches_each_kind_of_violation(busy_shop, check):
     subject_id = CORRUPTIONS[check](busy_shop)
 
     violations = audit_inventory()
-    assert [(v.check, v.subject_id) for v in violations] == [(check, subject_id)]
+    # A product's totals are the sum of its buckets, so a product-level corruption is one of a bucket too.
+    twins = {check, BUCKET_TWIN.get(check, check)}
+    assert {(v.check, v.subject_id) for v in violations} == {(name, subject_id) for name in twins}
+    found = len(violations)
+    violations = [v for v in violations if v.check == check]
 
     out = io.StringIO()
-    with pytest.raises(CommandError, match=r"audit_inventory: 1 violation\(s\)"):
+    with pytest.raises(CommandError, match=rf"audit_inventory: {found} violation\(s\)"):
         call_command("audit_inventory", stdout=out)
     report = out.getvalue().splitlines()
-    assert f"FAIL {DESCRIPTIONS[check]} (1 violations)" in report
+    assert f"FAIL {DESCRIPTIONS[check]} ({len(violations)} violations)" in report
     assert f"       [{check}] #{subject_id}: {violations[0].detail}" in report
-    for other in set(CHECKS) - {check}:
+    for other in set(CHECKS) - twins:
         assert f"ok   {DESCRIPTIONS[other]}" in report
     assert "all checks passed" not in out.getvalue()
 
@@ -182,11 +219,14 @@ def test_order_without_any_reservation_is_reported(busy_shop, customer):
         run_audit()
 
 
-def test_the_negative_stock_corruption_left_the_constraint_in_place(make_product):
-    """Runs after the corruption tests: their DDL was rolled back with their transactions."""
+def test_the_negative_stock_corruption_leaves_the_constraint_in_place(busy_shop, make_product):
+    """The corruption's DDL is rolled back with its transaction (here a savepoint): the constraint stays validated."""
+    with pytest.raises(RuntimeError), transaction.atomic():
+        corrupt_negative_stock(busy_shop)
+        raise RuntimeError("roll the corruption back")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT convalidated FROM pg_constraint WHERE conname = 'inventories_available_stock_gte_0'")
+        cursor.execute("SELECT convalidated FROM pg_constraint WHERE conname = 'stock_buckets_available_stock_gte_0'")
         assert cursor.fetchall() == [(True,)]
     product = make_product(stock=1)
     with pytest.raises(IntegrityError), transaction.atomic():
-        Inventory.objects.filter(product=product).update(available_stock=-1)
+        StockBucket.objects.filter(product=product, bucket=0).update(available_stock=-1)

@@ -112,9 +112,9 @@ def without_the_customer_lock(monkeypatch, parties):
     all_checked = threading.Barrier(parties)
     real = checkouts._reserve_stock
 
-    def reserve_after_everyone_checked(lines):
+    def reserve_after_everyone_checked(order, lines):
         all_checked.wait(timeout=60)
-        return real(lines)
+        return real(order, lines)
 
     monkeypatch.setattr(checkouts, "_reserve_stock", reserve_after_everyone_checked)
 

@@ -22,7 +22,7 @@ from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
-from payments.testing import STRATEGIES, buy_retrying, place_order
+from payments.testing import RACE_CASES, buy_retrying, place_order
 from skincare.errors import ServiceBusy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,7 +68,7 @@ def expire_rows_per_reservation():
         return {(order_id, pid): (qty, n, avail, res) for order_id, pid, qty, n, avail, res in cursor.fetchall()}
 
 
-@pytest.mark.parametrize("inventory_strategy", STRATEGIES)
+@pytest.mark.parametrize("inventory_strategy", RACE_CASES)
 def test_three_sweepers_over_thousands_of_due_orders_with_checkouts_running(make_product, customer, settings):
     settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0  # setup: each buyer holds many pending orders
     products = [make_product(stock=5000, price="3.00") for _ in range(4)]
@@ -145,7 +145,7 @@ def test_three_sweepers_over_thousands_of_due_orders_with_checkouts_running(make
     assert_invariants()
 
 
-@pytest.mark.parametrize("inventory_strategy", STRATEGIES)
+@pytest.mark.parametrize("inventory_strategy", RACE_CASES)
 def test_checkouts_never_deadlock_with_sweepers_on_hot_products(
     make_product, make_customer, settings, inventory_strategy
 ):
@@ -435,7 +435,7 @@ def naive_sweep(all_read):
         for reservation_id, product_id, qty in due:
             cursor.execute("UPDATE inventory_reservations SET status = 'expired' WHERE id = %s", [reservation_id])
             cursor.execute(
-                "UPDATE inventories SET available_stock = available_stock + %s, "
+                "UPDATE stock_buckets SET available_stock = available_stock + %s, "
                 "reserved_stock = GREATEST(reserved_stock - %s, 0) WHERE product_id = %s",
                 [qty, qty, product_id],
             )

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
 from devtools.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
-from inventory.models import Inventory, StockMovement
+from inventory.models import Inventory, StockBucket, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from orders.tests.test_sweeper import due_orders, manage, report, subprocess_env
@@ -57,7 +57,7 @@ def test_sweeper_lock_timeout_is_busy_and_writes_nothing(make_product, customer,
     due = due_orders(settings, customer, [[(product.pk, 2)]] * 2)
 
     with transaction.atomic():
-        list(Inventory.objects.select_for_update(no_key=True).filter(product=product))  # ops hold the row
+        list(StockBucket.objects.select_for_update(no_key=True).filter(product=product, bucket=0))  # ops hold the row
         outcome = ThreadRun(lambda: sweep_with_lock_timeout(200)).join()
 
     assert isinstance(outcome.error, ServiceBusy), repr(outcome.error)
@@ -76,7 +76,7 @@ def test_sweeper_command_reports_busy_with_exit_code_1(make_product, customer, s
         call_command("expire_reservations", stdout=io.StringIO())
 
     with transaction.atomic():
-        list(Inventory.objects.select_for_update(no_key=True).filter(product=product))
+        list(StockBucket.objects.select_for_update(no_key=True).filter(product=product, bucket=0))
         outcome = ThreadRun(run_command).join()
 
     assert isinstance(outcome.error, CommandError), repr(outcome.error)
@@ -97,7 +97,7 @@ def test_sweeper_sigkilled_mid_batch_leaves_it_undone_and_the_next_run_finishes_
     with transaction.atomic():
         # Hold the last inventory row the batch needs: the sweeper claims the orders, expires the reservations,
         # writes its ledger rows and then waits here, in the middle of its one transaction.
-        list(Inventory.objects.select_for_update(no_key=True).filter(product=products[1]))
+        list(StockBucket.objects.select_for_update(no_key=True).filter(product=products[1], bucket=0))
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
             manage("--batch-size", "100"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

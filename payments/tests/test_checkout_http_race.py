@@ -12,12 +12,12 @@ import pytest
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order, Reservation
-from payments.testing import STRATEGIES
+from payments.testing import RACE_CASES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(params=STRATEGIES)
+@pytest.fixture(params=RACE_CASES)
 def inventory_strategy(request):
     return request.param
 

@@ -10,15 +10,15 @@ import pytest
 from django.db import connection, transaction
 
 from devtools.testing import assert_invariants, run_concurrently
-from inventory.models import Inventory
+from inventory.models import Inventory, StockBucket
 from orders.models import Order, Reservation
-from payments.testing import STRATEGIES, buy_retrying
+from payments.testing import RACE_CASES, buy_retrying
 from skincare.errors import ServiceBusy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture(params=STRATEGIES)
+@pytest.fixture(params=RACE_CASES)
 def inventory_strategy(request):
     return request.param
 
@@ -121,7 +121,7 @@ def naive_checkout(product_id, qty, read_done):
         if available < qty:
             return "conflict"
         cursor.execute(
-            "UPDATE inventories SET available_stock = %s, reserved_stock = reserved_stock + %s WHERE product_id = %s",
+            "UPDATE stock_buckets SET available_stock = %s, reserved_stock = reserved_stock + %s WHERE bucket = 0 AND product_id = %s",
             [available - qty, qty, product_id],
         )
         return "created"
@@ -182,7 +182,7 @@ def lock_rows_in_cart_order(product_ids, both_hold_their_first_row):
     order exists to prevent."""
     with transaction.atomic():
         for position, product_id in enumerate(product_ids):
-            list(Inventory.objects.select_for_update(no_key=True).filter(product_id=product_id))
+            list(StockBucket.objects.select_for_update(no_key=True).filter(product_id=product_id, bucket=0))
             if position == 0:
                 both_hold_their_first_row.wait(timeout=60)
 

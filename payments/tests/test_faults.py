@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from devtools.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
 from inventory import services as inventory_services
-from inventory.models import Inventory, StockMovement
+from inventory.models import Inventory, StockBucket, StockMovement
 from orders.audit import audit_inventory
 from orders.models import Order, Reservation
 from payments import checkout as checkouts
@@ -136,12 +136,12 @@ def test_control_checkout_steps_in_separate_transactions_leave_a_half_written_or
 
     def naive_checkout():
         with transaction.atomic():  # the order's rows commit on their own
-            _order, reserve = checkouts._open_order(customer=customer, quantities={product.pk: 2})
+            order, reserve = checkouts._open_order(customer=customer, quantities={product.pk: 2})
         pids.append(backend_pid())
         paused.set()
         resume.wait(timeout=60)
         with transaction.atomic():
-            checkouts._reserve_stock(reserve)
+            checkouts._reserve_stock(order, reserve)
 
     run = ThreadRun(naive_checkout)
     assert paused.wait(timeout=60)
@@ -166,10 +166,12 @@ def test_a_deadlocked_checkout_is_retried_and_succeeds(make_product, customer, c
     caplog.set_level(logging.INFO, logger="skincare.db")
 
     with transaction.atomic():
-        list(Inventory.objects.select_for_update(no_key=True).filter(product=b))
+        list(StockBucket.objects.select_for_update(no_key=True).filter(product=b, bucket=0))
         run = ThreadRun(lambda: place_order(customer=customer, items=[(a.pk, 1), (b.pk, 1)]))
         wait_for_lock_waiters(1)  # the checkout holds a and waits for b
-        list(Inventory.objects.select_for_update(no_key=True).filter(product=a))  # the cycle; the checkout dies
+        list(
+            StockBucket.objects.select_for_update(no_key=True).filter(product=a, bucket=0)
+        )  # the cycle; the checkout dies
     outcome = run.join()
 
     assert outcome.error is None, repr(outcome.error)
@@ -192,7 +194,7 @@ def bump_version_at_repeatable_read(*, product_id, attempts, read_done, other_co
             read_done.set()
             assert other_committed.wait(timeout=60)
         cursor.execute(
-            "UPDATE inventories SET version = version + 1, available_stock = available_stock + 1 WHERE product_id = %s",
+            "UPDATE stock_buckets SET version = version + 1, available_stock = available_stock + 1 WHERE bucket = 0 AND product_id = %s",
             [product_id],
         )
         cursor.execute(
@@ -215,7 +217,7 @@ def test_a_serialization_failure_is_retried_from_the_start(make_product, caplog)
         )
     )
     assert read_done.wait(timeout=60)
-    Inventory.objects.filter(product=product).update(version=version + 10)  # commits (autocommit)
+    StockBucket.objects.filter(product=product, bucket=0).update(version=version + 10)  # commits (autocommit)
     other_committed.set()
     outcome = run.join()
 
@@ -243,7 +245,9 @@ def test_lock_timeout_on_checkout_is_503_busy_and_writes_nothing(make_product, c
         )
 
     with transaction.atomic():
-        list(Inventory.objects.select_for_update(no_key=True).filter(product=product))  # someone holds the row
+        list(
+            StockBucket.objects.select_for_update(no_key=True).filter(product=product, bucket=0)
+        )  # someone holds the row
         outcome = ThreadRun(buy).join()
 
     assert outcome.error is None, repr(outcome.error)
@@ -290,7 +294,7 @@ def naive_stock_adjust(*, product_id, delta, note):
         StockMovement.objects.create(
             product_id=product_id, available_delta=delta, reserved_delta=0, reason="adjustment", note=note
         )
-        Inventory.objects.filter(product_id=product_id).update(available_stock=available + delta)
+        StockBucket.objects.filter(product_id=product_id, bucket=0).update(available_stock=available + delta)
 
 
 @pytest.mark.parametrize("adjust", ["service", "control"])

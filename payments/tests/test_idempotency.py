@@ -9,7 +9,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from devtools.testing import assert_invariants, run_concurrently
-from inventory.models import Inventory, StockMovement
+from inventory.models import Inventory, StockBucket, StockMovement
 from orders.models import Order, Reservation
 from payments import checkout as checkouts
 from payments.models import IdempotencyKey, PaymentAttempt
@@ -124,7 +124,7 @@ def test_domain_refusals_are_stored_and_replayed(api, make_product):
     body = {"items": [{"product_id": product.pk, "qty": 2}]}
 
     first = post(api, body, key="short")
-    Inventory.objects.filter(product=product).update(available_stock=10)  # stock arrives afterwards
+    StockBucket.objects.filter(product=product, bucket=0).update(available_stock=10)  # stock arrives afterwards
     again = post(api, body, key="short")
 
     assert first.status_code == again.status_code == 409
@@ -141,11 +141,11 @@ def test_a_503_is_not_stored_and_the_retry_runs(api, make_product, monkeypatch):
     real = checkouts._reserve_stock
     calls = []
 
-    def busy_once(lines):
+    def busy_once(order, lines):
         calls.append(1)
         if len(calls) == 1:
             raise ServiceBusy()
-        return real(lines)
+        return real(order, lines)
 
     monkeypatch.setattr(checkouts, "_reserve_stock", busy_once)
 
@@ -226,11 +226,11 @@ def test_a_duplicate_waits_for_the_first_and_the_wait_is_bounded(make_product, c
     inside, release = threading.Event(), threading.Event()
     real = checkouts._reserve_stock
 
-    def held(lines):
+    def held(order, lines):
         if threading.current_thread().name == "first":
             inside.set()
             assert release.wait(timeout=60)
-        return real(lines)
+        return real(order, lines)
 
     monkeypatch.setattr(checkouts, "_reserve_stock", held)
     results = {}

@@ -25,7 +25,7 @@ from django.db import connections, transaction
 from devtools import devdb
 from devtools.processes import free_port
 from devtools.testing import assert_invariants, backends, wait_for_lock_waiters, wait_until
-from inventory.models import Inventory
+from inventory.models import Inventory, StockBucket
 from orders.models import Order, Reservation
 from orders.tests.test_sweeper import subprocess_env
 from payments import sandbox, signing
@@ -294,7 +294,7 @@ def test_gunicorn_worker_sigkilled_while_serving_a_checkout(embedded_server, gun
         storm.wait_for(lambda: storm.count("before", 201) >= 10, "checkouts before the kill")
         with transaction.atomic():
             # Hold the product's row: each worker's current checkout stops at its stock UPDATE, uncommitted.
-            list(Inventory.objects.select_for_update(no_key=True).filter(product=product))
+            list(StockBucket.objects.select_for_update(no_key=True).filter(product=product, bucket=0))
             wait_for_lock_waiters(2)
             workers = psutil.Process(proc.pid).children()
             assert len(workers) == 2

@@ -15,7 +15,7 @@ from django.db import connections, transaction
 from django.test import Client, override_settings
 
 from devtools.testing import assert_invariants, make_overdue
-from inventory.models import Inventory, StockMovement
+from inventory.models import Inventory, StockBucket, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services, signing
@@ -583,7 +583,7 @@ def test_inventory_row_locked_elsewhere_rolls_back_attempt_and_claim(order):
     before = db_state()
 
     response = deliver_while_locked(
-        event(order), lambda: list(Inventory.objects.select_for_update().filter(product_id=product_id))
+        event(order), lambda: list(StockBucket.objects.select_for_update().filter(product_id=product_id, bucket=0))
     )
 
     assert response.status_code == 503

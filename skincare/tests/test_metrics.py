@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from devtools.processes import Gunicorn, free_port
 from devtools.testing import make_overdue, run_concurrently
-from inventory.models import Inventory
+from inventory.models import StockBucket
 from orders.tests.test_sweeper import LineWatcher, run_command_in_thread
 from payments import signing
 from payments.testing import place_order
@@ -92,10 +92,10 @@ def test_a_real_deadlock_is_retried_and_counted(make_product) -> None:  # type: 
         @transaction.atomic
         def work() -> None:
             attempt["n"] += 1
-            list(Inventory.objects.select_for_update().filter(product_id=ids[0]))
+            list(StockBucket.objects.select_for_update().filter(product_id=ids[0], bucket=0))
             if attempt["n"] == 1:
                 both_hold_one.wait(timeout=30)
-            list(Inventory.objects.select_for_update().filter(product_id=ids[1]))
+            list(StockBucket.objects.select_for_update().filter(product_id=ids[1], bucket=0))
 
         work()
 

@@ -18,7 +18,7 @@ from django.db import connection, connections, transaction
 from devtools import pgbouncer
 from devtools.processes import Gunicorn
 from devtools.testing import assert_invariants, run_concurrently
-from inventory.models import Inventory
+from inventory.models import Inventory, StockBucket
 from orders.models import Order, Reservation
 from payments.tests.test_checkout_http_race import post_checkout, post_checkout_once
 
@@ -128,7 +128,7 @@ def test_lock_timeout_gives_503_through_pgbouncer_then_the_retry_succeeds(
     def hold_inventory_row() -> None:
         try:
             with transaction.atomic():
-                list(Inventory.objects.select_for_update().filter(product=product))
+                list(StockBucket.objects.select_for_update().filter(product=product, bucket=0))
                 locked.set()
                 assert release.wait(timeout=60), "the test never released the lock"
         except BaseException as exc:

@@ -10,6 +10,9 @@ It also sets the sale window in the same run (``inventory.services.product_sale_
 (the sale price) and ``--max-per-customer K``. Relative times count from the database clock. Without window
 options the product has no window (on sale at once, at its regular price, as before); without
 ``--max-per-customer`` its limit is left as it is. A second line prints the window as the database sees it.
+
+``--buckets K`` spreads the stock over K stock rows (``inventory.services.stock_buckets_set``,
+docs/strategies.md#stock-buckets); without it the product keeps its number of buckets.
 """
 
 from argparse import ArgumentTypeError
@@ -51,6 +54,9 @@ class Command(BaseCommand):
         parser.add_argument("--price", type=_price, metavar="P", help="the sale price (needs a window)")
         parser.add_argument(
             "--max-per-customer", type=int, metavar="K", help="most units one customer may hold (default: unchanged)"
+        )
+        parser.add_argument(
+            "--buckets", type=int, metavar="K", help="spread the stock over K stock rows, 1-64 (default: unchanged)"
         )
 
     def handle(self, *args, stock, product, starts_in, starts_at, duration, ends_at, price, **options):
@@ -108,10 +114,16 @@ class Command(BaseCommand):
                 continue  # a checkout moved the row between the read and the count: read it again
         else:
             raise CommandError(f"product {product}: stock kept changing; is a load test still running?")
+        if options["buckets"] is not None:
+            try:
+                inventory = inventory_services.stock_buckets_set(product_id=product, buckets=options["buckets"])
+            except InvalidInput as exc:
+                raise CommandError(f"--buckets: {exc.message}") from None
+        buckets = Product.objects.values_list("stock_buckets", flat=True).get(pk=product)
         max_order_id = Order.objects.aggregate(m=Max("pk"))["m"] or 0
         self.stdout.write(
             f"flash_sale_setup: product {product} available={inventory.available_stock} "
-            f"reserved={inventory.reserved_stock}; {cancelled} pending orders cancelled (ops_cancelled); "
+            f"reserved={inventory.reserved_stock} buckets={buckets}; {cancelled} pending orders cancelled (ops_cancelled); "
             f"max_order_id={max_order_id}"
         )
         self.stdout.write(_window_line(product))
