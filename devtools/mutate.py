@@ -95,12 +95,14 @@ MUTATIONS = [
         ),
     ),
     Mutation(
-        "adjust-read-then-write",
-        "stock_adjust reads the figure and writes an absolute value",
+        "count-ignores-version",
+        "Set counted stock saves a figure typed against a stale form (the version check dropped)",
         "inventory/services.py",
-        'available_stock=F("available_stock") + delta,',
-        "available_stock=Inventory.objects.get(product_id=product_id).available_stock + delta,",
-        ("payments/tests/test_faults.py::test_stock_adjust_racing_a_checkout_keeps_the_reservation",),
+        "    if inventory.version != expected_version:\n",
+        "    if False:\n",
+        (
+            "inventory/tests/test_stale_form.py::test_count_typed_against_stale_figures_is_refused_and_the_reservation_survives",
+        ),
     ),
     Mutation(
         "pay-after-deadline",
@@ -146,8 +148,8 @@ MUTATIONS = [
         "no-guarded-reserve",
         "the stock reservation's guard (available_stock >= qty) dropped",
         "inventory/services.py",
-        " WHERE product_id = %(product_id)s\n   AND available_stock >= %(qty)s\n",
-        " WHERE product_id = %(product_id)s\n",
+        " WHERE product_id = %(product_id)s AND bucket = 0\n   AND available_stock >= %(qty)s\n",
+        " WHERE product_id = %(product_id)s AND bucket = 0\n",
         (
             "payments/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
         ),
@@ -164,8 +166,8 @@ MUTATIONS = [
         "nowait-waits",
         "row_lock_nowait products wait for the row instead of answering lock_busy",
         "inventory/services.py",
-        "Inventory.objects.select_for_update(no_key=True, nowait=nowait)",
-        "Inventory.objects.select_for_update(no_key=True, nowait=False)",
+        "StockBucket.objects.select_for_update(no_key=True, nowait=nowait)",
+        "StockBucket.objects.select_for_update(no_key=True, nowait=False)",
         ("inventory/tests/test_strategies.py::test_nowait_answers_lock_busy_at_once_while_the_row_is_held",),
     ),
     Mutation(
