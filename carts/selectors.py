@@ -39,7 +39,7 @@ class CartView:
 
 
 # One statement: the cart, its items, and each product's current unit price, stock and sale window, by the rules the
-# product API and the checkout use (inventory.selectors: products LEFT JOIN inventories, UNIT_PRICE_SQL,
+# product API and the checkout use (inventory.selectors: products and their stock rows, UNIT_PRICE_SQL,
 # SALE_STATE_SQL). An unlocked read: a cart never locks stock.
 _CART_SQL = f"""
 SELECT c.status, c.expires_at, c.expires_at <= now(), c.order_id,
@@ -48,7 +48,9 @@ SELECT c.status, c.expires_at, c.expires_at <= now(), c.order_id,
 FROM carts c
 LEFT JOIN cart_items ci ON ci.cart_id = c.id
 LEFT JOIN products p ON p.id = ci.product_id
-LEFT JOIN inventories i ON i.product_id = ci.product_id
+LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
+    SELECT sum(b.available_stock)::integer AS available_stock FROM stock_buckets b WHERE b.product_id = ci.product_id
+) i ON true
 WHERE c.id = %s AND c.customer_id = %s
 ORDER BY ci.product_id
 """

@@ -46,7 +46,12 @@ class ProductView(NamedTuple):
 _PRODUCTS_SQL = f"""
 SELECT p.id, p.sku, p.name, p.price, p.max_per_customer, COALESCE(i.available_stock, 0), p.inventory_strategy,
        p.stock_buckets, p.sale_price, p.sale_starts_at, p.sale_ends_at, {SALE_STATE_SQL}, {SECONDS_TO_START_SQL}
-FROM products p LEFT JOIN inventories i ON i.product_id = p.id
+FROM products p
+LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
+    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version,
+           count(*)::integer AS bucket_rows
+      FROM stock_buckets b WHERE b.product_id = p.id
+) i ON true
 WHERE p.is_active
 """
 

@@ -58,7 +58,12 @@ SELECT p.id, {UNIT_PRICE_SQL} AS unit_price, COALESCE(i.available_stock, 0), p.i
        COALESCE(i.version, 0), p.max_per_customer, {SALE_STATE_SQL} AS sale, p.sale_starts_at,
        {SECONDS_TO_START_SQL} AS seconds_to_start, p.stock_buckets, COALESCE(i.bucket_rows, 1),
        (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
-FROM products p LEFT JOIN inventories i ON i.product_id = p.id
+FROM products p
+LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
+    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version,
+           count(*)::integer AS bucket_rows
+      FROM stock_buckets b WHERE b.product_id = p.id
+) i ON true
 WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 """
 
