@@ -34,6 +34,7 @@ consistent; ``manage.py audit_inventory`` runs at the end and must be clean (exi
 
     python -m bench.buckets                                  # fresh skincare_bench, everything (about 8 minutes)
     python -m bench.buckets --duration 3 --clients 16,64 --buckets 1,8 --no-http --no-docs
+    python -m bench.buckets --render bench-results/buckets.json   # the tables of a saved run, written again
     python -m bench.run                                      # make bench: runs this after the strategy matrix
                                                              # (--no-buckets skips it)
 
@@ -45,6 +46,7 @@ import contextlib
 import functools
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -223,6 +225,32 @@ def pg_cpu_seconds() -> float | None:
     return total / tick
 
 
+def pg_cpu_by_process() -> dict[int, float]:
+    """CPU seconds (utime + stime) of the postmaster and each live child, by pid (zombies left out: an exiting
+    process may read as zero before the postmaster reaps it)."""
+    postmaster = _postmaster()
+    if postmaster is None:
+        return {}
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in [postmaster, *_children(postmaster)]:
+        fields = _stat(pid)
+        if fields and fields[0] not in ("Z", "X"):
+            out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def window_cpu(before: dict[int, float], after: dict[int, float]) -> float | None:
+    """CPU used between two ``pg_cpu_by_process`` readings: the growth of each process alive at both, plus all of
+    each process that started in between. A process that exited in between is left out (the cells' clients stay
+    connected; what that misses is the last moments of an autovacuum worker), so an exit can never make the sum
+    drop, as the postmaster's cutime can while a child is exiting."""
+    if not before or not after:
+        return None
+    # a pid found smaller than before is a new process that reused the number: all of it is in the window
+    return sum(cpu - before[pid] if cpu >= before.get(pid, cpu + 1) else cpu for pid, cpu in after.items())
+
+
 class CpuWindow(threading.Thread):
     """PostgreSQL CPU over a window inside a running cell, from ``start_s`` to ``end_s`` after ``start()``: the
     clients are connected by then and still running, so neither backend start-up nor exit is counted. ``stop()``
@@ -232,24 +260,26 @@ class CpuWindow(threading.Thread):
         super().__init__(daemon=True)
         self.start_s, self.end_s = start_s, end_s
         self.done = threading.Event()
-        self.t0 = self.t1 = self.cpu0 = self.cpu1 = None  # type: float | None
+        self.t0: float | None = None
+        self.t1: float | None = None
+        self.cpu0: dict[int, float] = {}
+        self.cpu1: dict[int, float] = {}
 
     def run(self) -> None:
         if self.done.wait(self.start_s):
             return
-        self.t0, self.cpu0 = time.time(), pg_cpu_seconds()
+        self.t0, self.cpu0 = time.time(), pg_cpu_by_process()
         if self.done.wait(self.end_s - self.start_s):
             self.t0 = None
             return
-        self.t1, self.cpu1 = time.time(), pg_cpu_seconds()
+        self.t1, self.cpu1 = time.time(), pg_cpu_by_process()
 
     def stop(self) -> None:
         self.done.set()
         self.join()
 
     def seconds(self) -> float | None:
-        ok = None not in (self.t0, self.t1, self.cpu0, self.cpu1)
-        return (self.cpu1 - self.cpu0) if ok else None  # type: ignore[operator]
+        return window_cpu(self.cpu0, self.cpu1) if self.t0 is not None and self.t1 is not None else None
 
 
 def wait_for_backends_gone(deadline_s: float = 10.0) -> None:
@@ -337,7 +367,7 @@ def run_cell(
     window.stop()
     wait_for_backends_gone()
     cpu1 = pg_cpu_seconds()
-    window_cpu = window.seconds()
+    in_cpu = window.seconds()
     with _connect(url) as conn:
         committed = conn.execute("SELECT count(*) FROM orders WHERE id > %s", [before["max_order_id"]]).fetchone()[0]
         in_window = (
@@ -346,7 +376,7 @@ def run_cell(
                 "AND created_at < to_timestamp(%s)",
                 [before["max_order_id"], window.t0, window.t1],
             ).fetchone()[0]
-            if window_cpu is not None
+            if in_cpu is not None
             else 0
         )
     after = _counters(url)
@@ -371,11 +401,10 @@ def run_cell(
         if pg_cpu is not None and committed
         else None,
         # the window inside the cell (all clients connected): the figure reported
-        "window_s": None if window_cpu is None else round(window.t1 - window.t0, 2),  # type: ignore[operator]
+        "window_s": None if in_cpu is None else round(window.t1 - window.t0, 2),  # type: ignore[operator]
         "window_checkouts": in_window,
-        "pg_cpu_ms_per_checkout": round(1000 * window_cpu / in_window, 3)
-        if window_cpu is not None and in_window
-        else None,
+        "window_cpu_s": None if in_cpu is None else round(in_cpu, 3),
+        "pg_cpu_ms_per_checkout": round(1000 * in_cpu / in_window, 3) if in_cpu is not None and in_window else None,
         "machine_cpu_pct": r["machine_cpu_pct"],
         "other_cpu_pct": r["other_cpu_pct"],
         "loadgen_cpu_pct": r["loadgen_cpu_pct"],
@@ -398,6 +427,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--buckets", default=",".join(map(str, KS)), help="K values for the hot product (1 first)")
     parser.add_argument("--cpu-clients", type=int, default=64, help="client count of the -M prepared/simple cells")
     parser.add_argument("--cpu-buckets", default="1,8", help="K values of the -M prepared/simple cells")
+    parser.add_argument("--cpu-rounds", type=int, default=2, help="rounds of the -M prepared/simple cells")
     parser.add_argument("--connections", type=int, default=100, help="wrk connections (bench.run's default)")
     parser.add_argument(
         "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", (os.cpu_count() or 2) + 1))
@@ -408,6 +438,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dbname", default="skincare_bench", help="benchmark database (dropped and re-created)")
     parser.add_argument("--reuse-db", action="store_true", help="use the seeded benchmark database as it is")
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/ (results in bench-results/)")
+    parser.add_argument("--render", metavar="JSON", help="only write the tables of a saved run (buckets.json) again")
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
     args.buckets = [int(k) for k in args.buckets.split(",")]
@@ -431,19 +462,41 @@ def _matrix(url: str, customer_id: int, args: argparse.Namespace) -> list[dict[s
 
 
 def _cpu_cells(url: str, customer_id: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """-M prepared and -M simple back to back, at --cpu-clients: the service (K values, spread) and the seed."""
+    """-M prepared and -M simple back to back, at --cpu-clients: the service (K values, spread) and the seed; in
+    --cpu-rounds rounds, every other round in the reverse order (subjects and modes), so noise spreads over all."""
     cells = []
     subjects = [f"hot-{k}" for k in sorted(args.cpu_buckets, reverse=True)] + ["seed", "spread", "seed-spread"]
-    for subject in subjects:
-        log(f"CPU {subject}: hot product -> {set_hot(url, hot_buckets(subject))}")
-        for mode in ("prepared", "simple"):
-            wait_for_quiet(args.quiet_wait)
-            cells.append(
-                run_cell(
+    for r in range(args.cpu_rounds):
+        for subject in subjects if r % 2 == 0 else subjects[::-1]:
+            log(f"CPU round {r + 1} {subject}: hot product -> {set_hot(url, hot_buckets(subject))}")
+            for mode in ("prepared", "simple") if r % 2 == 0 else ("simple", "prepared"):
+                wait_for_quiet(args.quiet_wait)
+                cell = run_cell(
                     url, subject, clients=args.cpu_clients, duration=args.duration, customer_id=customer_id, mode=mode
                 )
-            )
+                cells.append({**cell, "round": r + 1})
     return cells
+
+
+def cpu_summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (subject, clients, mode): PG CPU per checkout over all its rounds (the windows' CPU summed over
+    their checkouts summed), each round's figure, and the mean checkouts/s."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        groups.setdefault((cell["subject"], cell["clients"], cell["mode"]), []).append(cell)
+    out = []
+    for (subject, clients, mode), group in groups.items():
+        per = [c["pg_cpu_ms_per_checkout"] for c in group if c["pg_cpu_ms_per_checkout"] is not None]
+        measured = [c for c in group if c.get("window_cpu_s") is not None and c["window_checkouts"]]
+        cpu = sum(c["window_cpu_s"] for c in measured)
+        checkouts = sum(c["window_checkouts"] for c in measured)
+        out.append({
+            "subject": subject, "clients": clients, "mode": mode,
+            "pg_cpu_ms_per_checkout": round(1000 * cpu / checkouts, 3) if checkouts else (
+                round(statistics.mean(per), 3) if per else None),
+            "rounds_ms": per, "ok_per_s": round(statistics.mean(c["ok_per_s"] for c in group), 1),
+        })  # fmt: skip
+    return out
 
 
 def _http(url: str, tokens_file: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -527,7 +580,7 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
 def cpu_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
     """PostgreSQL CPU per checkout of the service's statements against the seed's transaction (same clients):
     same query mode, and the service as Django sends it (simple) against the seed prepared."""
-    cells = report["cpu"]
+    cells = report["cpu_summary"]
     clients = report["args"]["cpu_clients"]
     out = []
     pairs = [(f"hot-{k}", "seed") for k in report["args"]["cpu_buckets"]] + [("spread", "seed-spread")]
@@ -567,7 +620,7 @@ def markdown(report: dict[str, Any]) -> str:
     subjects = [f"hot-{k}" for k in args["buckets"]] + ["spread", "seed"]
     lines = [
         f"Run of {report['started']} (`{report['command']}`; pgbench `-j 2 -M prepared`, {args['duration']} s per "
-        f"cell, all cells in one run on one database; the whole run took {report['wall_seconds']} s). "
+        f"cell, all cells in one run on one database; the run took {report['wall_seconds']} s after seeding). "
         f"**The machine is shared**: other engineers' test suites ran on its 2 cores during the run (load average "
         f"{report['load_before']} before it; *other CPU* = what neither this PostgreSQL nor pgbench used, per cell "
         "in bench-results/buckets.json): read the ratios within one run, not the absolute figures.",
@@ -608,13 +661,15 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {g['goal']} | {g['measured']} | {g['ratio']:.2f} | {g['target']} | {'yes' if g['met'] else 'NO'} "
             f"| {dist} |"
         )
-    cpu = report["cpu"]
+    cpu = report["cpu_summary"]
     lines += [
         "",
-        f"PostgreSQL CPU per committed checkout (ms; every process of this PostgreSQL from /proc, before/after the "
-        f"cell) at {args['cpu_clients']} clients, pgbench `-M prepared` (server-side prepared statements) and "
-        "`-M simple` (values inlined in the text: what Django's client-side binding sends today), back to back; "
-        "checkouts/s in brackets:",
+        f"PostgreSQL CPU per committed checkout (ms; every process of this PostgreSQL from /proc, over a window inside "
+        f"the cell with every client connected) at {args['cpu_clients']} clients, pgbench `-M prepared` (server-side "
+        "prepared statements) and "
+        "`-M simple` (values inlined in the text: what Django's client-side binding sends today), back to back, in "
+        f"{args.get('cpu_rounds', 1)} rounds (every other one in reverse order): all rounds together, [each round], "
+        "(checkouts/s):",
         "",
         "| statements | -M prepared | -M simple |",
         "|---|---:|---:|",
@@ -623,8 +678,9 @@ def markdown(report: dict[str, Any]) -> str:
         row = []
         for mode in ("prepared", "simple"):
             c = _find(cpu, subject, args["cpu_clients"], mode)
+            rounds = " / ".join(f"{v:.2f}" for v in c["rounds_ms"]) if c else ""
             row.append("-" if c is None or c["pg_cpu_ms_per_checkout"] is None else
-                       f"{c['pg_cpu_ms_per_checkout']:.3f} ({c['ok_per_s']:,.0f}/s)")  # fmt: skip
+                       f"{c['pg_cpu_ms_per_checkout']:.2f} [{rounds}] ({c['ok_per_s']:,.0f}/s)")  # fmt: skip
         name = _label(subject) if subject.startswith("seed") else "service, " + _label(subject)
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     lines += ["", "| goal: service's PG CPU per checkout ≤ the seed's | service | seed | ratio | met | distance |",
@@ -681,6 +737,7 @@ def run(url: str, tokens_file: Path, customer_id: int, args: argparse.Namespace,
     report["matrix"] = _matrix(url, customer_id, args)
     log(f"stock buckets: PostgreSQL CPU per checkout, -M prepared vs -M simple at {args.cpu_clients} clients")
     report["cpu"] = _cpu_cells(url, customer_id, args)
+    report["cpu_summary"] = cpu_summary(report["cpu"])
     report["http"] = [] if args.no_http else _http(url, tokens_file, args)
     if report["http"]:
         report["gunicorn"] = Gunicorn(url, workers=args.workers).describe()
@@ -710,13 +767,26 @@ def run(url: str, tokens_file: Path, customer_id: int, args: argparse.Namespace,
 
 def _customer_id(url: str) -> int:
     with _connect(url) as conn:
-        return int(
-            conn.execute("SELECT id FROM auth_user WHERE username = 'bench-customer-00000'").fetchone()[0]  # type: ignore[index]
-        )
+        row = conn.execute("SELECT id FROM auth_user WHERE username = 'bench-customer-00000'").fetchone()
+        return int(row[0])
+
+
+def render(path: Path, *, docs: bool) -> int:
+    """The tables of a saved run (bench-results/buckets.json), printed and written to the docs again."""
+    report = json.loads(path.read_text())
+    report["cpu_summary"] = cpu_summary(report["cpu"])
+    report["goals"], report["cpu_goals"] = goals(report), cpu_goals(report)
+    block = markdown(report)
+    print(block)
+    if docs:
+        update_docs(block, DOCS, start=MARK_START, end=MARK_END)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        return render(Path(args.render), docs=not args.no_docs)
     RESULTS.mkdir(exist_ok=True)
     ensure_tools()
     url = db_url(args.dbname)
