@@ -353,7 +353,8 @@ def run_cell(
     before = _reset_counters(url)
     wait_for_backends_gone()
     cpu0 = pg_cpu_seconds()
-    window = CpuWindow(min(2.0, 0.3 * duration), duration)  # pgbench runs its connection time + duration
+    # from 2 s after the start (clients connected) to 1 s before the end of the -T duration (none has left yet)
+    window = CpuWindow(min(2.0, 0.3 * duration), max(duration - 1.0, 0.6 * duration))
     window.start()
     r = run_pgbench(
         url,
