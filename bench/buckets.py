@@ -6,9 +6,11 @@
    hot product (bench.drivers' ``limit-hot-seed-order``: one row, a fixed reference).
 2. **PostgreSQL CPU per checkout**, the service's statements against the seed's transaction, each with pgbench
    ``-M prepared`` (server-side prepared statements) and ``-M simple`` (the values inlined in the statement text,
-   which is what Django's client-side binding sends today): the CPU of every process of this worktree's PostgreSQL
-   (``utime + stime`` from /proc of the postmaster and its children, plus the postmaster's ``cutime + cstime`` for
-   the backends that exited) read before and after the cell, divided by the committed checkouts.
+   which is what Django's client-side binding sends today): ``utime + stime`` from /proc of this worktree's
+   postmaster and each of its children, read 2 s into the cell (every client connected) and 1 s before its end; the
+   growth of each process (plus the processes that started in between) divided by the orders created in between
+   (``CpuWindow``). The whole cell (connections included, the postmaster's ``cutime + cstime`` for the backends that
+   exited) is kept in the JSON as ``pg_cpu_ms_per_checkout_cell``.
 3. **HTTP**: wrk + bench/checkout.lua through gunicorn (bench.run's plumbing), the hot product with K = 1 and K = 8.
 
 The pgbench scripts are built from the service's statement texts (``inventory.services.RESERVE_SQL``,
