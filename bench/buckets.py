@@ -18,8 +18,9 @@ The pgbench scripts are built from the service's statement texts (``inventory.se
 with ``bench.strategies.pgbench_sql``, in the order ``inventory.services.stock_reserve`` sends them:
 
 * K = 1: the quote read, ORDER_SQL, the guarded UPDATE of bucket 0 (bench.strategies' ``guarded_update`` script);
-* K > 1: the quote read, ORDER_SQL (its reserve ledger row left to the claim), CLAIM_BUCKET_SQL (a free bucket,
-  ``SKIP LOCKED``); no row back: CLAIM_WAITING_SQL, up to WAITING_PASSES times (each waits for one bucket); still
+* K > 1: the quote read, ORDER_SQL (its reserve ledger row left to the claim), SAVEPOINT, CLAIM_BUCKET_SQL (a free
+  bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT, CLAIM_WAITING_SQL, up to WAITING_PASSES
+  times (each waits for one bucket; the savepoints as ``_reserve_bucketed`` takes them, with other names); still
   none: the service's full pass (``_reserve_from_all``: lock every bucket, move units, Python decides) is NOT
   scripted: the script rolls back and counts a *fallback needed* (``bench_bucket_fallback``). With stock that never
   runs out a waiting pass cannot come back empty, so the count must be 0; it is reported. Checkouts that needed a
@@ -106,12 +107,14 @@ def _claim(name: str, buckets: int) -> str:
     return f"{sql} \\aset"
 
 
-def _waiting_passes(buckets: int, passes: int) -> list[str]:
-    """``passes`` nested waiting passes, each run only when everything before it found no bucket."""
+def _waiting_passes(buckets: int, passes: int, attempt: int = 2) -> list[str]:
+    """``passes`` nested waiting passes, each run only when everything before it found no bucket: the miss before it
+    rolled back to its savepoint, a new savepoint, the claim (``_reserve_bucketed``)."""
     if passes == 0:
         return []
-    return ["\\if :bucket < 0", "\\set waited 1", _claim("CLAIM_WAITING_SQL", buckets),
-            *_waiting_passes(buckets, passes - 1), "\\endif"]  # fmt: skip
+    return ["\\if :bucket < 0", "\\set waited 1", f"ROLLBACK TO SAVEPOINT claim{attempt - 1};",
+            f"SAVEPOINT claim{attempt};", _claim("CLAIM_WAITING_SQL", buckets),
+            *_waiting_passes(buckets, passes - 1, attempt + 1), "\\endif"]  # fmt: skip
 
 
 def hot_script(buckets: int, customer_id: int) -> str:
@@ -129,6 +132,7 @@ def hot_script(buckets: int, customer_id: int) -> str:
         strategies._quote_read(["p1"]),
         "\\if :avail >= 1",
         strategies._order_insert(["p1"], buckets=buckets, gset="o_"),
+        "SAVEPOINT claim1;",  # each claim attempt runs after a savepoint, rolled back on a miss (_reserve_bucketed)
         _claim("CLAIM_BUCKET_SQL", buckets),
         *_waiting_passes(buckets, bucket_sql()["WAITING_PASSES"]),
         "\\if :bucket >= 0",
@@ -629,7 +633,8 @@ def markdown(report: dict[str, Any]) -> str:
         "in bench-results/buckets.json): read the ratios within one run, not the absolute figures.",
         "",
         "Successful checkouts per second (p99 ms) on one hot product; pgbench runs the service's own statements "
-        "(the quote read, ORDER_SQL, then RESERVE_SQL for K = 1 or CLAIM_BUCKET_SQL → CLAIM_WAITING_SQL for K > 1); "
+        "(the quote read, ORDER_SQL, then RESERVE_SQL for K = 1, or for K > 1 CLAIM_BUCKET_SQL and on a miss "
+        "CLAIM_WAITING_SQL, each after a savepoint rolled back on a miss); "
         "*spread* is the same statements over 1,000 products; *seed* is the seed's transaction on the hot "
         "product's one row:",
         "",
