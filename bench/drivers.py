@@ -133,9 +133,11 @@ def run_pgbench(
     customer_id: int,
     script_text: str | None = None,
     extra_args: Sequence[str] = (),
+    query_mode: str = "prepared",
 ) -> dict[str, Any]:
     """pgbench for ``duration`` s running ``script_text`` (default: ``pgbench_script(name)``, a LIMITS scenario)
-    with ``extra_args`` (e.g. ``--max-tries``); failed transactions (pgbench 15+: serialization/deadlock errors
+    with ``extra_args`` (e.g. ``--max-tries``), in pgbench's ``query_mode`` (``-M``: prepared = server-side prepared
+    statements, simple = the values inlined in the text, as Django's client-side binding sends them); failed transactions (pgbench 15+: serialization/deadlock errors
     after the last try) are counted, not timed."""
     conn = parse_qs_host(url)
     script = RESULTS / f"{name}.sql"
@@ -146,7 +148,7 @@ def run_pgbench(
     cmd = [
         str(Path(pg_bindir()) / "pgbench"),
         "-h", conn["host"], "-p", conn["port"], "-U", conn["user"],
-        "-n", "-M", "prepared", "-c", str(connections), "-j", "2", "-T", str(duration),
+        "-n", "-M", query_mode, "-c", str(connections), "-j", "2", "-T", str(duration),
         "-f", str(script), "-l", "--log-prefix", str(logdir / "tx"), *extra_args, conn["dbname"],
     ]  # fmt: skip
     returncode, out, resources = _run_sampled(cmd, ())

@@ -10,6 +10,9 @@
 3. The inventory-strategy matrix (bench.strategies): each strategy x {hot, spread, multi, soldout}, through HTTP
    and as raw SQL in pgbench, on the same database (``--no-strategies`` skips it; ``--only`` and ``--matrix``
    runs never include it).
+4. Stock buckets (bench.buckets): the hot product with K = 1, 4, 8, 16 buckets at 16/64/256 pgbench clients beside
+   spread and the seed's transaction, PostgreSQL CPU per checkout with -M prepared/simple, and HTTP with K = 1 and 8,
+   on the same database (``--no-buckets`` skips it; ``--only`` and ``--matrix`` runs never include it).
 
 After every run: ``manage.py audit_inventory``. Reported: successful reservations/s, 409s/s, p50/p95/p99,
 errors, CPU and peak RSS per gunicorn worker (psutil), PostgreSQL CPU, the stack/limit ratios.
@@ -18,6 +21,7 @@ writes bench-results/strategies.json and its block of docs/strategies.md.
 
     python -m bench.run                       # the full run (about 4 minutes, then about 7 for the strategy matrix)
     python -m bench.run --no-strategies       # without the strategy matrix
+    python -m bench.run --no-buckets          # without the stock-bucket runs (about 8 minutes)
     python -m bench.run --duration 10 --only hot,soldout,healthz --workers 4 --no-docs
     python -m bench.run --matrix              # the configuration experiments recorded in docs/benchmarks.md
     python -m bench.run --profile             # py-spy on one worker during the hot run
@@ -38,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import strategies
+from bench import buckets, strategies
 from bench.drivers import LIMITS, STACK, audit, run_pgbench, run_wrk
 from bench.profiling import profile_hot
 from bench.report import (
@@ -159,6 +163,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-strategies", action="store_true", help="skip the inventory-strategy matrix (bench.strategies)"
     )
+    parser.add_argument("--no-buckets", action="store_true", help="skip the stock-bucket runs (bench.buckets)")
     return parser.parse_args(argv)
 
 
@@ -246,12 +251,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.matrix:
         return run_matrix(url, tokens_file, customer_id, args)
     code = run_once(url, tokens_file, customer_id, args, started)
-    if args.only or args.no_strategies:
+    if args.only:
         return code
-    # The strategy matrix, on the same database, with its own defaults (short cells, 16 connections).
-    matrix_argv = ["--dbname", args.dbname, "--workers", str(args.workers)] + (["--no-docs"] if args.no_docs else [])
-    log("inventory-strategy matrix (bench.strategies)")
-    return max(code, strategies.run_matrix(url, tokens_file, customer_id, strategies.parse_args(matrix_argv)))
+    common = ["--dbname", args.dbname, "--workers", str(args.workers)] + (["--no-docs"] if args.no_docs else [])
+    if not args.no_strategies:
+        # The strategy matrix, on the same database, with its own defaults (short cells, 16 connections).
+        log("inventory-strategy matrix (bench.strategies)")
+        code = max(code, strategies.run_matrix(url, tokens_file, customer_id, strategies.parse_args(common)))
+    if not args.no_buckets:
+        # Stock buckets, on the same database, with its own defaults (8 s cells) and bench.run's HTTP connections.
+        log("stock buckets (bench.buckets)")
+        bucket_args = buckets.parse_args([*common, "--connections", str(args.connections)])
+        code = max(code, buckets.run(url, tokens_file, customer_id, bucket_args, command="make bench"))
+    return code
 
 
 if __name__ == "__main__":

@@ -150,31 +150,33 @@ def _quote_read(pids: list[str]) -> str:
         for i, p in enumerate(pids, 1)
     )
     quotes = pgbench_sql(
-        service_sql()["QUOTES_SQL"], customer_lock=":lockkey", product_ids=_array([f":{p}" for p in pids])
+        service_sql()["QUOTES_SQL"],
+        customer_lock=":lockkey",
+        product_ids=_array([f":{p}" for p in pids]) + "::bigint[]",
     )
     return f"""SELECT min(q.available) AS avail, sum(q.price) AS total, {cols}
 FROM ({quotes}) AS q(id, price, available, strategy, version, max_per_customer, sale, sale_starts_at,
-    seconds_to_start, customer_locked) \\gset"""
+    seconds_to_start, buckets, bucket_rows, customer_locked) \\gset"""
 
 
-def _order_insert(pids: list[str]) -> str:
-    """payments.checkout.ORDER_SQL: the order, its lines, reservations, reserve ledger rows and payment attempt."""
+def _order_insert(pids: list[str], *, buckets: int = 1, gset: str = "") -> str:
+    """payments.checkout.ORDER_SQL: the order, its lines, reservations, reserve ledger rows and payment attempt.
+    ``buckets``: the products' stock_buckets (K; with K > 1 the claim writes the reserve ledger row). ``gset``: a
+    ``\\gset`` prefix to keep the statement's answer (the order id as ``<prefix>id``); else it ends with ``;``."""
     constants = {name: f"'{value}'" for name, value in service_sql()["ORDER_SQL_CONSTANTS"].items()}
-    return (
-        pgbench_sql(
-            service_sql()["ORDER_SQL"],
-            **constants,
-            customer_id=":cust",
-            ttl_seconds=str(TTL_SECONDS),
-            total=":total",
-            product_ids=_array([f":{p}" for p in pids]),
-            qtys=_array(["1" for _ in pids]),
-            prices=_array([f":price{i}" for i in range(1, len(pids) + 1)]),
-            limited_ids="ARRAY[]::bigint[]",
-            max_pending="0",
-        )
-        + ";"
-    )
+    return pgbench_sql(
+        service_sql()["ORDER_SQL"],
+        **constants,
+        customer_id=":cust",
+        ttl_seconds=str(TTL_SECONDS),
+        total=":total",
+        product_ids=_array([f":{p}" for p in pids]),
+        qtys=_array(["1" for _ in pids]),
+        prices=_array([f":price{i}" for i in range(1, len(pids) + 1)]),
+        buckets=_array([str(buckets) for _ in pids]),
+        limited_ids="ARRAY[]::bigint[]",
+        max_pending="0",
+    ) + (f" \\gset {gset}" if gset else ";")
 
 
 def _reserve_sql(pid: str, *, seen: str | None = None) -> str:
