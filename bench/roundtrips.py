@@ -53,7 +53,8 @@ def main(argv: list[str]) -> None:
         for i, (sql, ms) in enumerate(statements):
             first = " ".join(sql.split())[:150]
             if locked_from is None and (
-                first.startswith('UPDATE "inventories"') or ("FOR NO KEY UPDATE" in first and "inventories" in first)
+                first.startswith(("UPDATE stock_buckets", "WITH free AS", "WITH pick AS"))
+                or ("FOR NO KEY UPDATE" in first and "stock_buckets" in first)
             ):
                 locked_from = i
             mark = "L" if locked_from is not None and i >= locked_from else " "

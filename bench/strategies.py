@@ -89,7 +89,7 @@ DECLARE
 BEGIN
     -- inventory.services._lock_rows(nowait=True): the rows in ascending id, NOWAIT; returns how many are short
     SELECT count(*) FILTER (WHERE locked.available_stock < 1) INTO short
-    FROM (SELECT available_stock FROM inventories WHERE product_id = ANY(ids)
+    FROM (SELECT available_stock FROM stock_buckets WHERE product_id = ANY(ids) AND bucket = 0
           ORDER BY product_id FOR NO KEY UPDATE NOWAIT) AS locked;
     RETURN short;
 EXCEPTION WHEN lock_not_available THEN
@@ -201,7 +201,7 @@ def _lock_rows(pids: list[str], *, nowait: bool) -> str:
         return f"SELECT bench_lock_rows_nowait(ARRAY[{ids}]::bigint[]) AS short \\gset"
     return (
         "SELECT count(*) FILTER (WHERE locked.available_stock < 1) AS short FROM (SELECT available_stock "
-        f"FROM inventories WHERE product_id IN ({ids}) ORDER BY product_id FOR NO KEY UPDATE) AS locked \\gset"
+        f"FROM stock_buckets WHERE product_id IN ({ids}) AND bucket = 0 ORDER BY product_id FOR NO KEY UPDATE) AS locked \\gset"
     )
 
 
