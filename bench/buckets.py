@@ -314,21 +314,6 @@ def prepare_database(url: str) -> None:
             conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {seq}")
 
 
-def _counters(url: str) -> dict[str, int]:
-    with _connect(url) as conn:
-        out = {"max_order_id": conn.execute("SELECT COALESCE(max(id), 0) FROM orders").fetchone()[0]}
-        for seq in SEQUENCES:
-            out[seq] = conn.execute(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}").fetchone()[0]
-    return out
-
-
-def _reset_counters(url: str) -> dict[str, int]:
-    with _connect(url) as conn:
-        for seq in SEQUENCES:
-            conn.execute(f"SELECT setval('{seq}', 1, false)")
-    return _counters(url)
-
-
 _SET_HOT = """
 from inventory import services
 from inventory.models import Inventory
@@ -356,7 +341,7 @@ def run_cell(
     url: str, subject: str, *, clients: int, duration: int, customer_id: int, mode: str = "prepared"
 ) -> dict[str, Any]:
     """One pgbench cell with its outcomes and the PostgreSQL CPU per committed checkout."""
-    before = _reset_counters(url)
+    before = strategies.reset_counters(url, SEQUENCES)
     wait_for_backends_gone()
     cpu0 = pg_cpu_seconds()
     # from 2 s after the start (clients connected) to 1 s before the end of the -T duration (none has left yet)
@@ -386,7 +371,7 @@ def run_cell(
             if in_cpu is not None
             else 0
         )
-    after = _counters(url)
+    after = strategies.counters(url, SEQUENCES)
     pg_cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
     out = {
         "subject": subject,

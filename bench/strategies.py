@@ -285,27 +285,27 @@ def set_strategy(url: str, strategy: str) -> int:
         return cur.rowcount
 
 
-def _counters(url: str) -> dict[str, int]:
+def counters(url: str, sequences: Sequence[str] = SEQUENCES) -> dict[str, int]:
     """Orders so far (max id) and the outcome sequences' values."""
     with _connect(url) as conn:
         out = {"max_order_id": conn.execute("SELECT COALESCE(max(id), 0) FROM orders").fetchone()[0]}
-        for seq in SEQUENCES:
+        for seq in sequences:
             out[seq] = conn.execute(f"SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {seq}").fetchone()[0]
     return out
 
 
-def _reset_counters(url: str) -> dict[str, int]:
+def reset_counters(url: str, sequences: Sequence[str] = SEQUENCES) -> dict[str, int]:
     with _connect(url) as conn:
-        for seq in SEQUENCES:
+        for seq in sequences:
             conn.execute(f"SELECT setval('{seq}', 1, false)")
-    return _counters(url)
+    return counters(url, sequences)
 
 
 def run_pgbench_cell(
     url: str, strategy: str, scenario: str, *, duration: int, connections: int, customer_id: int
 ) -> dict[str, Any]:
     """One pgbench cell, with its outcomes: committed checkouts, refusals, NOWAIT refusals, optimistic retries."""
-    before = _reset_counters(url)
+    before = reset_counters(url)
     r = run_pgbench(
         url,
         f"strategy-{strategy}-{scenario}",
@@ -317,7 +317,7 @@ def run_pgbench_cell(
     )
     with _connect(url) as conn:
         committed = conn.execute("SELECT count(*) FROM orders WHERE id > %s", [before["max_order_id"]]).fetchone()[0]
-    after = _counters(url)
+    after = counters(url)
     lock_busy = after["bench_sql_lock_busy"]
     gave_up = after["bench_sql_gave_up"]
     seconds = r["seconds"] or duration

@@ -50,7 +50,7 @@ from typing import Any
 from devtools.failover_proof import Call, Snapshot, check, first_after
 from devtools.patroni import Cluster, Node
 from devtools.processes import BENCH_SECRET, PY, RESULTS, ROOT, Gunicorn, ctl, django_env, free_port, log, manage
-from devtools.scaleout import scrape
+from devtools.scaleout import scrape, wait_for_metrics
 
 DBNAME = "skincare_failover"
 PRODUCTS = range(2001, 2009)  # seeded with plenty of stock, so 201s keep coming before and after the kill
@@ -134,16 +134,7 @@ def start_sweepers(url: str, count: int) -> list[tuple[subprocess.Popen[bytes], 
             stderr=subprocess.STDOUT,
         )
         sweepers.append((proc, out, port))
-    deadline = time.monotonic() + 30
-    for _proc, _out, port in sweepers:
-        while True:
-            try:
-                scrape(f"http://127.0.0.1:{port}/metrics")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("a sweeper's metrics endpoint never came up") from None
-                time.sleep(0.2)
+    wait_for_metrics([port for _proc, _out, port in sweepers])
     return sweepers
 
 

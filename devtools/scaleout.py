@@ -127,6 +127,20 @@ def scrape(url: str) -> dict[str, float]:
     return samples
 
 
+def wait_for_metrics(ports: list[int], *, seconds: float = 30) -> None:
+    """Until every sweeper's metrics endpoint on 127.0.0.1 answers (it is up once its worker has started)."""
+    deadline = time.monotonic() + seconds
+    for port in ports:
+        while True:
+            try:
+                scrape(f"http://127.0.0.1:{port}/metrics")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("a sweeper's metrics endpoint never came up") from None
+                time.sleep(0.2)  # polling with a deadline
+
+
 def sql(url: str, query: str) -> list[tuple[object, ...]]:
     import psycopg
 
@@ -193,16 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             sweepers.append((proc, out, port))
             log(f"sweeper {n} pid {proc.pid}, metrics on 127.0.0.1:{port}")
-        deadline = time.monotonic() + 30
-        for _proc, _out, port in sweepers:
-            while True:
-                try:
-                    scrape(f"http://127.0.0.1:{port}/metrics")
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit("a sweeper's metrics endpoint never came up") from None
-                    time.sleep(0.2)
+        wait_for_metrics([port for _proc, _out, port in sweepers])
         bases = [i.base for i in instances]
 
         # 1. Flash sale: everyone at once, alternating instances.
