@@ -30,8 +30,6 @@ Every process is stopped by its pid. Data lives in ``.data/failover`` (git-ignor
 from __future__ import annotations
 
 import argparse
-import hashlib
-import hmac
 import json
 import os
 import random
@@ -51,6 +49,7 @@ from devtools.failover_proof import Call, Snapshot, check, first_after
 from devtools.patroni import Cluster, Node
 from devtools.processes import BENCH_SECRET, PY, RESULTS, ROOT, Gunicorn, ctl, django_env, free_port, log, manage
 from devtools.scaleout import scrape, wait_for_metrics
+from payments import signing
 
 DBNAME = "skincare_failover"
 PRODUCTS = range(2001, 2009)  # seeded with plenty of stock, so 201s keep coming before and after the kill
@@ -110,10 +109,9 @@ class Recorder:
             "provider_reference": f"psp-{event_id}",
         }
         body = json.dumps(event).encode()
-        t = int(time.time())
-        digest = hmac.new(BENCH_SECRET.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+        signature = signing.sign(body=body, secret=BENCH_SECRET)  # the gateway's X-Signature, as the webhook checks it
         call = Call("webhook", 0, {}, 0.0, 0.0, order_id=int(order["order_id"]), event_id=event_id)
-        return self.send(call, base, "/v1/payments/webhook", body, {"X-Signature": f"t={t},v1={digest}"})
+        return self.send(call, base, "/v1/payments/webhook", body, {"X-Signature": signature})
 
     def cancel(self, base: str, token: str, order_id: int) -> Call:
         call = Call("cancel", 0, {}, 0.0, 0.0, order_id=order_id)

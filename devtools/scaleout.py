@@ -15,8 +15,6 @@ clean, and the sweepers expired every abandoned cart. Every process it started i
 """
 
 import argparse
-import hashlib
-import hmac
 import json
 import os
 import random
@@ -45,6 +43,7 @@ from devtools.processes import (
     manage,
 )
 from devtools.processes import server_url as db_url
+from payments import signing
 
 DBNAME = "skincare_scaleout"
 
@@ -105,11 +104,8 @@ class Client:
             "provider_reference": f"psp-{order['order_id']}",
         }
         body = json.dumps(event).encode()
-        t = int(time.time())
-        digest = hmac.new(BENCH_SECRET.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
-        return self.call(
-            "webhook", base, "/v1/payments/webhook", body=body, headers={"X-Signature": f"t={t},v1={digest}"}
-        )
+        signature = signing.sign(body=body, secret=BENCH_SECRET)  # the gateway's X-Signature, as the webhook checks it
+        return self.call("webhook", base, "/v1/payments/webhook", body=body, headers={"X-Signature": signature})
 
     def cancel(self, base: str, token: str, order_id: int):  # type: ignore[no-untyped-def]
         headers = {"Authorization": f"Bearer {token}"}

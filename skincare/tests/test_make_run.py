@@ -102,6 +102,20 @@ def available(run: MakeRun) -> int:
     return requests.get(f"{run.base}/v1/products/101", timeout=10).json()["available_stock"]
 
 
+def run_readme_block(make_run, marker):
+    """The README's shell block containing ``marker``, run verbatim in bash (strict mode) but for the port."""
+    script = readme_block(marker).replace("localhost:8000", f"localhost:{make_run.port}")
+    return subprocess.run(  # noqa: S603
+        ["bash", "-euo", "pipefail", "-c", script],  # noqa: S607
+        cwd=ROOT,
+        env=make_run.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def readme_block(containing: str) -> str:
     blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     return next(block for block in blocks if containing in block)
@@ -135,32 +149,14 @@ def test_make_run_returns_unpaid_units_within_seconds_and_sigterm_leaves_no_proc
     assert "1 orders cancelled (payment_timeout)" in make_run.output()
 
     # The README's examples, verbatim but for the port: the catalogue, checkout, replay, order, cancel, probes …
-    api = readme_block("curl -s localhost:8000/v1/products").replace("localhost:8000", f"localhost:{make_run.port}")
-    shown = subprocess.run(  # noqa: S603
-        ["bash", "-euo", "pipefail", "-c", api],  # noqa: S607
-        cwd=ROOT,
-        env=make_run.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    shown = run_readme_block(make_run, "curl -s localhost:8000/v1/products")
     assert shown.returncode == 0, shown.stderr
     assert re.search(r'"status":\s*"pending_payment"', shown.stdout), shown.stdout
     assert '"internal_error"' not in shown.stdout
     assert '"not_found"' not in shown.stdout  # the cart's id went into the cart URLs
     assert '"cart_not_found"' not in shown.stdout
     # … and the webhook signed with the secret read from .env: the signature is accepted (not 401).
-    webhook = readme_block("openssl dgst").replace("localhost:8000", f"localhost:{make_run.port}")
-    signed = subprocess.run(  # noqa: S603
-        ["bash", "-euo", "pipefail", "-c", webhook],  # noqa: S607
-        cwd=ROOT,
-        env=make_run.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    signed = run_readme_block(make_run, "openssl dgst")
     assert signed.returncode == 0, signed.stderr
     assert signed.stdout.startswith("{") and "invalid_signature" not in signed.stdout, signed.stdout
 
