@@ -586,10 +586,11 @@ class TestRun:
 
     @property
     def verdict(self) -> str:
-        """``passed``, ``failed`` (a test failed and nothing errored) or ``error`` (anything else)."""
+        """``passed``, ``failed`` (a test ran and failed; an error in its own teardown after that does not change
+        it) or ``error`` (a collection or set-up error, an interrupted run, no report: the tests did not run)."""
         if self.returncode == 0 and not self.failed and not self.errors:
             return "passed"
-        if self.returncode == 1 and self.failed and not self.errors:
+        if self.returncode == 1 and self.failed:
             return "failed"
         return "error"
 

@@ -142,6 +142,14 @@ TESTS = textwrap.dedent(
 
     def test_errors(broken):
         assert True
+
+    @pytest.fixture
+    def teardown_breaks():
+        yield
+        raise RuntimeError("teardown failed")
+
+    def test_fails_then_its_teardown_errors(teardown_breaks):
+        assert 1 == 2
     """
 )
 
@@ -152,6 +160,7 @@ TESTS = textwrap.dedent(
         ({"test_x.py": TESTS}, "test_x.py::test_passes", "passed"),
         ({"test_x.py": TESTS}, "test_x.py::test_fails", "failed"),
         ({"test_x.py": TESTS}, "test_x.py::test_errors", "error"),  # a set-up error is not a caught mutant
+        ({"test_x.py": TESTS}, "test_x.py::test_fails_then_its_teardown_errors", "failed"),
         ({"test_x.py": TESTS}, "test_x.py::test_renamed", "error"),  # a test that does not exist
         ({"test_x.py": TESTS + "\nimport no_such_module\n"}, "test_x.py::test_fails", "error"),  # collection error
         ({"test_x.py": TESTS + "\ndef broken(:\n"}, "test_x.py::test_fails", "error"),  # syntax error
