@@ -18,7 +18,7 @@ from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order
 from orders.selectors import OrderView
-from payments.checkout import KeyedCheckout, checkout_in_transaction
+from payments.checkout import KeyedCheckout, order_open, order_stock_reserve
 from payments.testing import STRATEGIES
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,7 +116,7 @@ def naive_cart_checkout(customer, cart_id, read_done):
         read_done.wait(timeout=60)
         if status != "open":
             return "checked_out"
-        order = checkout_in_transaction(customer=customer, items=items)
+        order = order_stock_reserve(opened=order_open(customer=customer, items=items))
         with connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE carts SET status = 'checked_out', order_id = %s WHERE id = %s", [order.order_id, cart_id]
