@@ -3,7 +3,7 @@
 * A cart becomes an order at most once: 50 concurrent checkouts of one cart give one 201 and 49 ``cart_checked_out``
   (or, under one Idempotency-Key, 49 replays). Control: read-then-checkout without the claim makes several orders.
 * Creating and replacing carts stays off the hot row: both complete while another transaction holds the product's
-  inventory row. Control: a cart write that touches the row (a stock check with a lock) is stuck behind it.
+  stock row (bucket 0). Control: a cart write that touches the row (a stock check with a lock) is stuck behind it.
 """
 
 import threading
@@ -139,7 +139,7 @@ def test_control_read_then_checkout_without_the_claim_makes_several_orders(make_
 
 
 class RowHolder:
-    """Another transaction holding the product's inventory row ``FOR UPDATE`` (the strongest row lock) until
+    """Another transaction holding the product's stock row (bucket 0) ``FOR UPDATE`` (the strongest row lock) until
     released: what a long checkout of a hot product looks like to everyone else."""
 
     def __init__(self, product_id):
