@@ -106,6 +106,7 @@ class Recorder:
             "type": "payment.succeeded",
             "order_id": order["order_id"],
             "amount": order["total"],
+            "currency": order["currency"],
             "provider_reference": f"psp-{event_id}",
         }
         body = json.dumps(event).encode()

@@ -91,6 +91,7 @@ def django_env(url: str, **extra: Any) -> dict[str, str]:
     env.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")
     # Measured servers run with what is set here, not with the developer's .env (make run's sandbox, say).
     env.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")
+    env["DJANGO_ENV"] = "development"  # measured with the bench values, which production refuses
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -101,6 +101,7 @@ class Client:
             "type": "payment.succeeded",
             "order_id": order["order_id"],
             "amount": order["total"],
+            "currency": order["currency"],
             "provider_reference": f"psp-{order['order_id']}",
         }
         body = json.dumps(event).encode()

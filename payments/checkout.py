@@ -76,9 +76,9 @@ WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 # by the database's clock. An order whose window closed is not open any more, even before the sweeper cancels it.
 ORDER_SQL = """
 WITH new_order AS (
-    INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at)
+    INSERT INTO orders (customer_id, status, payment_expires_at, total, currency, created_at, updated_at)
     VALUES (%(customer_id)s, %(pending_payment)s, now() + make_interval(secs => %(ttl_seconds)s), %(total)s,
-            statement_timestamp(), statement_timestamp())
+            %(currency)s, statement_timestamp(), statement_timestamp())
     RETURNING id, total, created_at, payment_expires_at
 ), line AS (
     SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[],
@@ -128,6 +128,7 @@ ORDER_SQL_CONSTANTS = {
     "active": Reservation.Status.ACTIVE.value,
     "reserve": StockMovement.Reason.RESERVE.value,
     "attempt_pending": PaymentAttempt.Status.PENDING.value,
+    "currency": settings.SHOP_CURRENCY,  # the shop's currency (checked at start-up, skincare.E012)
 }
 
 
