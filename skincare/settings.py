@@ -228,6 +228,8 @@ RESERVATION_TTL_SECONDS = env.int("RESERVATION_TTL_SECONDS", default=1800)
 CART_TTL_SECONDS = env.int("CART_TTL_SECONDS", default=1800)
 # Expired and checked-out carts answer 410 / 409 this long, then prune_retention deletes them.
 CART_RETENTION_SECONDS = env.int("CART_RETENTION_SECONDS", default=86400)
+# Open (unexpired) carts one customer may hold at once; another create answers 409 too_many_open_carts (0 = no cap).
+MAX_OPEN_CARTS_PER_CUSTOMER = env.int("MAX_OPEN_CARTS_PER_CUSTOMER", default=10)
 CHECKOUT_MAX_ITEMS = env.int("CHECKOUT_MAX_ITEMS", default=20)
 CHECKOUT_MAX_QTY = env.int("CHECKOUT_MAX_QTY", default=100)
 # How long a worker remembers a product it saw sold out and refuses it without a query (ms, at most 250; 0 = off).
