@@ -16,6 +16,7 @@ from django.test import Client
 
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory import services as inventory_services
+from inventory.admin.product_form import product_version
 from inventory.exceptions import LockBusy, StockConflict
 from inventory.models import Inventory, InventoryStrategy, Product
 from inventory.permissions import ensure_ops_groups
@@ -79,6 +80,7 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
                 "is_active": "on",
                 "inventory_strategy": strategy,
                 "stock_buckets": "1",
+                "loaded_version": product_version(product.pk),  # the page as loaded (issue 27)
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",
