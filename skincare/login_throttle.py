@@ -71,7 +71,8 @@ class AdminLoginThrottleMiddleware:
 
     @staticmethod
     def blocked(request: HttpRequest) -> bool:
-        return blocked(address=client_ip(request), username=login_username(request.POST.get("username", "")))
+        username = login_username(request.POST.get("username", ""))
+        return blocked(address=client_ip(request), username=username)
 
 
 def _same_address(address: str | None) -> Q:
