@@ -20,7 +20,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from carts.exceptions import CartCheckedOut, CartExpired, CartNotFound
+from carts.exceptions import CartCheckedOut, CartExpired, CartNotFound, TooManyOpenCarts
 from carts.models import Cart, CartItem
 from carts.selectors import CartLine, CartView
 from inventory import selectors as inventory_selectors
@@ -30,6 +30,7 @@ from payments import checkout
 from payments.checkout import KeyedCheckout
 from skincare.db import retry_transient
 from skincare.errors import DomainError
+from skincare.locks import advisory_key
 
 
 def _validated_lines(items: Iterable[tuple[int, int]]) -> list[CartLine]:
@@ -66,12 +67,33 @@ RETURNING expires_at
 """
 
 
+# Open carts per customer are capped (MAX_OPEN_CARTS_PER_CUSTOMER): counted after taking the customer's checkout
+# lock (step 3 of skincare.locks; a create takes no other lock, and inserts only new rows), so concurrent creates of
+# one customer queue and the cap is exact. The count is its own statement, whose snapshot follows the lock.
+_OPEN_CARTS_SQL = """
+SELECT count(*) FROM carts WHERE customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()
+"""
+
+
+def _refuse_too_many_open_carts(*, customer: User) -> None:
+    cap = settings.MAX_OPEN_CARTS_PER_CUSTOMER
+    if cap <= 0:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key("customer_checkout", customer.pk)])
+        cursor.execute(_OPEN_CARTS_SQL, {"customer_id": customer.pk, "open": Cart.Status.OPEN.value})
+        (open_carts,) = cursor.fetchone()
+    if open_carts >= cap:
+        raise TooManyOpenCarts(max_open_carts=cap)
+
+
 @retry_transient
 @transaction.atomic
 def cart_create(*, customer: User, items: Iterable[tuple[int, int]]) -> CartView:
     """A new open cart of ``customer`` expiring CART_TTL_SECONDS from now (database clock). Raises InvalidInput
     (too many units of a product) or InvalidProduct before anything is written."""
     lines = _validated_lines(items)
+    _refuse_too_many_open_carts(customer=customer)
     cart_id = uuid.uuid4()
     with connection.cursor() as cursor:
         cursor.execute(

@@ -1,6 +1,7 @@
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -93,6 +94,8 @@ class CheckoutApi(CheckoutEndpoint):
         )
 
 
+# A payment event's currency: three capital letters (compared with the order's, payments.services).
+CURRENCY_CODE = re.compile(r"[A-Z]{3}")
 # payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
 MAX_AMOUNT = Decimal("9999999999.99")
 
@@ -153,6 +156,9 @@ def parse_webhook(data: Any) -> dict[str, Any]:
         or int(parsed_amount.as_tuple().exponent) < -2  # finite, so the exponent is a number
     ):
         errors["amount"] = ['A decimal string such as "123.00".']
+    currency = data.get("currency")
+    if not isinstance(currency, str) or not CURRENCY_CODE.fullmatch(currency):
+        errors["currency"] = ['An ISO 4217 code such as "IDR" (required on every event).']
     reference = data.get("provider_reference", "")
     if not isinstance(reference, str) or len(reference) > 200 or not _postgres_can_store(reference):
         errors["provider_reference"] = ["A string of at most 200 characters."]
@@ -165,6 +171,7 @@ def parse_webhook(data: Any) -> dict[str, Any]:
         "event_type": data["type"],
         "order_id": order_id,
         "amount": parsed_amount,
+        "currency": currency,
         "provider_reference": reference,
     }
 

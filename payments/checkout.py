@@ -101,9 +101,13 @@ WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 # by the database's clock. An order whose window closed is not open any more, even before the sweeper cancels it.
 ORDER_SQL = """
 WITH new_order AS (
-    INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at)
-    VALUES (%(customer_id)s, %(pending_payment)s, now() + make_interval(secs => %(ttl_seconds)s), %(total)s,
-            statement_timestamp(), statement_timestamp())
+    INSERT INTO orders (customer_id, status, payment_expires_at, total, currency, created_at, updated_at)
+    SELECT %(customer_id)s, %(pending_payment)s, now() + make_interval(secs => %(ttl_seconds)s), %(total)s,
+           %(currency)s, statement_timestamp(), statement_timestamp()
+    -- The sale window decided again by this statement's own clock (the quote used the transaction's start, and
+    -- waits since may have outlasted sale_ends_at): nothing at all is written once a window has closed.
+    WHERE NOT EXISTS (SELECT 1 FROM products p
+                       WHERE p.id = ANY(%(product_ids)s::bigint[]) AND p.sale_ends_at <= statement_timestamp())
     RETURNING id, total, created_at, payment_expires_at
 ), line AS (
     SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[],
@@ -153,6 +157,7 @@ ORDER_SQL_CONSTANTS = {
     "active": Reservation.Status.ACTIVE.value,
     "reserve": StockMovement.Reason.RESERVE.value,
     "attempt_pending": PaymentAttempt.Status.PENDING.value,
+    "currency": settings.SHOP_CURRENCY,  # the shop's currency (checked at start-up, skincare.E012)
 }
 
 
@@ -264,7 +269,10 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
                 "max_pending": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
             },
         )
-        order_id, deadline, open_orders, held = cursor.fetchone()
+        row = cursor.fetchone()
+    if row is None:  # a window closed while this checkout waited (ORDER_SQL's re-check): 410, nothing written
+        raise SaleEnded(product_ids=sorted(pid for pid in product_ids if quotes[pid].sale is not None))
+    order_id, deadline, open_orders, held = row
     # A refusal below rolls back the rows just written, with the rest of the transaction.
     if limits:
         # Django hands jsonb back as text on a raw cursor (its ORM decodes JSONField values itself).
