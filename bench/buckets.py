@@ -13,12 +13,12 @@
    exited) is kept in the JSON as ``pg_cpu_ms_per_checkout_cell``.
 3. **HTTP**: wrk + bench/checkout.lua through gunicorn (bench.run's plumbing), the hot product with K = 1 and K = 8.
 
-The pgbench scripts are built from the service's statement texts (``inventory.services.RESERVE_SQL``,
+The pgbench scripts are built from the service's statement texts (``inventory.reserve.RESERVE_SQL``,
 ``CLAIM_BUCKET_SQL``, ``CLAIM_WAITING_SQL``, ``WAITING_PASSES``; ``payments.checkout.QUOTES_SQL``, ``ORDER_SQL``)
-with ``bench.strategies.pgbench_sql``, in the order ``inventory.services.stock_reserve`` sends them:
+with ``bench.strategies.pgbench_sql``, in the order ``inventory.reserve.stock_reserve`` sends them:
 
 * K = 1: the quote read, ORDER_SQL, the guarded UPDATE of bucket 0 (bench.strategies' ``guarded_update`` script);
-* K > 1: the quote read, ORDER_SQL (its reserve ledger row left to the claim), SAVEPOINT, CLAIM_BUCKET_SQL (a free
+* K > 1: the quote read, ORDER_SQL, SAVEPOINT, CLAIM_BUCKET_SQL (a free
   bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT, CLAIM_WAITING_SQL, up to WAITING_PASSES
   times (each waits for one bucket; the savepoints as ``_reserve_bucketed`` takes them, with other names); still
   none: the service's full pass (``_reserve_from_all``: lock every bucket, move units, Python decides) is NOT
@@ -83,7 +83,7 @@ def bucket_sql() -> dict[str, Any]:
     """The service's bucket statements (after bench.strategies.service_sql() has set Django up)."""
     strategies.service_sql()
     from inventory.models import StockMovement
-    from inventory.services import CLAIM_BUCKET_SQL, CLAIM_WAITING_SQL, WAITING_PASSES
+    from inventory.reserve import CLAIM_BUCKET_SQL, CLAIM_WAITING_SQL, WAITING_PASSES
 
     return {
         "CLAIM_BUCKET_SQL": CLAIM_BUCKET_SQL,
@@ -100,7 +100,7 @@ def _claim(name: str, buckets: int) -> str:
         bucket_sql()[name],
         product_id=":p1",
         qty="1",
-        buckets=str(buckets),
+        bucket_count=str(buckets),
         order_id=":o_id",
         reason=f"'{bucket_sql()['RESERVE']}'",
     )
@@ -131,7 +131,7 @@ def hot_script(buckets: int, customer_id: int) -> str:
         "BEGIN;",
         strategies._quote_read(["p1"]),
         "\\if :avail >= 1",
-        strategies._order_insert(["p1"], buckets=buckets, gset="o_"),
+        strategies._order_insert(["p1"]),
         "SAVEPOINT claim1;",  # each claim attempt runs after a savepoint, rolled back on a miss (_reserve_bucketed)
         _claim("CLAIM_BUCKET_SQL", buckets),
         *_waiting_passes(buckets, bucket_sql()["WAITING_PASSES"]),

@@ -7,9 +7,10 @@ This module is the whole checkout after the API view (``payments/api.py``), top 
 2. :func:`_open_order`: a product this worker saw sold out in the last 250 ms is refused with no query; then
    :data:`QUOTES_SQL` reads prices, visible stock and strategies (and takes the customer's checkout lock), refusing
    an unknown or visibly short product before anything is written; then :data:`ORDER_SQL`, one statement, writes the
-   order, its lines, its reservations, their ledger rows and the payment attempt, and reads the customer's counts.
-3. ``inventory.services.stock_reserve``: the guarded UPDATE of each inventory row, by the product's strategy. The
-   hot row is locked by this last statement and released by the COMMIT right after it.
+   order, its lines, its reservations (in bucket 0) and the payment attempt, and reads the customer's counts.
+3. ``inventory.reserve.stock_reserve``: the reserve statement of each stock row (the guarded UPDATE, its reserve
+   ledger row, the reservation's bucket), by the product's strategy and stock buckets. The hot row is locked by
+   this last statement and released by the COMMIT right after it.
 
 Payments sits at the top of the layers, so this module may know every table the statements touch; their text lives
 here and nowhere else (``bench/strategies.py`` builds its pgbench script from these constants). The lock order these
@@ -28,12 +29,19 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from inventory import services as inventory_services
+from inventory import reserve as inventory_reserve
 from inventory import soldout
 from inventory.exceptions import InvalidProduct, SaleEnded, SaleNotStarted, StockConflict
-from inventory.models import InventoryStrategy, StockMovement
-from inventory.selectors import SALE_ENDED, SALE_SCHEDULED, SALE_STATE_SQL, SECONDS_TO_START_SQL, UNIT_PRICE_SQL
-from inventory.services import ReserveLine
+from inventory.models import InventoryStrategy
+from inventory.reserve import ReserveLine
+from inventory.selectors import (
+    SALE_ENDED,
+    SALE_SCHEDULED,
+    SALE_STATE_SQL,
+    SECONDS_TO_START_SQL,
+    STOCK_SUM_SQL,
+    UNIT_PRICE_SQL,
+)
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
 from orders.selectors import OrderLineView, OrderView
@@ -54,21 +62,18 @@ from skincare.validation import parse_rate
 # order's created_at: no order is ever created before sale_starts_at. The window's expressions are the product
 # API's too (inventory.selectors), so the countdown a client sees and the checkout's decision are one rule.
 QUOTES_SQL = f"""
-SELECT p.id, {UNIT_PRICE_SQL} AS unit_price, COALESCE(i.available_stock, 0), p.inventory_strategy,
-       COALESCE(i.version, 0), p.max_per_customer, {SALE_STATE_SQL} AS sale, p.sale_starts_at,
-       {SECONDS_TO_START_SQL} AS seconds_to_start, p.stock_buckets, COALESCE(i.bucket_rows, 1),
+SELECT p.id, {UNIT_PRICE_SQL} AS price, COALESCE(stock.available_stock, 0) AS available,
+       p.inventory_strategy AS strategy, COALESCE(stock.version_sum, 0) AS version_sum, p.max_per_customer,
+       {SALE_STATE_SQL} AS sale, p.sale_starts_at, {SECONDS_TO_START_SQL} AS seconds_to_start,
+       p.stock_buckets AS bucket_count, COALESCE(stock.stock_rows, 1) AS stock_rows,
        (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
 FROM products p
-LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
-    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version,
-           count(*)::integer AS bucket_rows
-      FROM stock_buckets b WHERE b.product_id = p.id
-) i ON true
+{STOCK_SUM_SQL}
 WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 """
 
-# One statement writes the order, its lines, its reservations, their reserve ledger rows and the payment attempt
-# (one round trip instead of five), and reads what the per-customer checks need: the customer's open unpaid orders
+# One statement writes the order, its lines, its reservations and the payment attempt (one round trip instead of
+# four), and reads what the per-customer checks need: the customer's open unpaid orders
 # (when MAX_PENDING_ORDERS_PER_CUSTOMER is on) and their units of the limited products in open and paid orders (when
 # the cart has any): a count that is off is not read at all. Those reads see the snapshot from the start of
 # this statement: every order the customer's earlier checkouts committed, none of the rows written here.
@@ -81,24 +86,19 @@ WITH new_order AS (
             statement_timestamp(), statement_timestamp())
     RETURNING id, total, created_at, payment_expires_at
 ), line AS (
-    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[],
-                         %(buckets)s::integer[])
-        AS line(product_id, qty, unit_price, buckets)
+    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[])
+        AS line(product_id, qty, unit_price)
 ), new_lines AS (
     INSERT INTO order_lines (order_id, product_id, qty, unit_price)
     SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line
 ), new_reservations AS (
-    INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at)
-    SELECT new_order.id, line.product_id, line.qty, %(active)s, new_order.payment_expires_at,
+    -- bucket 0, a one-row product's only stock row; the reserve statement that takes a bucketed product's units
+    -- names the bucket it took (inventory.reserve), and writes the reserve ledger row
+    INSERT INTO inventory_reservations (order_id, product_id, qty, bucket, status, expires_at, created_at,
+                                        updated_at)
+    SELECT new_order.id, line.product_id, line.qty, 0, %(active)s, new_order.payment_expires_at,
            new_order.created_at, new_order.created_at
     FROM new_order, line
-), reserve_ledger AS (
-    -- bucket 0 of a one-row product; a bucketed product's row is written by its claim, which knows the bucket
-    INSERT INTO stock_movements (product_id, bucket, available_delta, reserved_delta, reason, order_id, note,
-                                 created_at)
-    SELECT line.product_id, 0, -line.qty, line.qty, %(reserve)s, new_order.id, '', new_order.created_at
-    FROM new_order, line
-    WHERE line.buckets = 1
 ), new_payment_attempt AS (
     INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at)
     SELECT new_order.id, %(attempt_pending)s, new_order.total, '', new_order.created_at, new_order.created_at
@@ -126,24 +126,27 @@ ORDER_SQL_CONSTANTS = {
     "pending_payment": Order.Status.PENDING_PAYMENT.value,
     "paid": Order.Status.PAID.value,
     "active": Reservation.Status.ACTIVE.value,
-    "reserve": StockMovement.Reason.RESERVE.value,
     "attempt_pending": PaymentAttempt.Status.PENDING.value,
 }
 
 
 class Quote(NamedTuple):
-    """What :data:`QUOTES_SQL` says about one product."""
+    """What :data:`QUOTES_SQL` says about one product (its columns by name: :meth:`from_row`)."""
 
     price: Decimal  # the unit price to charge: the sale price inside an open sale window
     available: int
     strategy: str
-    version: int
+    version_sum: int  # the sum of its stock rows' versions: bucket 0's version when it is the only row
     max_per_customer: int | None
     sale: str | None  # scheduled | open | ended by this transaction's clock; None without a window
     sale_starts_at: datetime | None
     seconds_to_start: Decimal | None  # scheduled only
-    buckets: int  # the product's stock_buckets (K)
-    bucket_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
+    bucket_count: int  # the product's stock_buckets (K)
+    stock_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Quote":
+        return cls(**{field: row[field] for field in cls._fields})
 
 
 def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -190,7 +193,8 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
             QUOTES_SQL,
             {"customer_lock": advisory_key("customer_checkout", customer.pk), "product_ids": list(quantities)},
         )
-        quotes = {row[0]: Quote(*row[1:11]) for row in cursor.fetchall()}
+        names = [column.name for column in cursor.description]
+        quotes = {row[0]: Quote.from_row(dict(zip(names, row, strict=True))) for row in cursor.fetchall()}
     missing = sorted(set(quantities) - set(quotes))
     if missing:
         raise InvalidProduct(product_ids=missing)
@@ -222,7 +226,6 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
                 "product_ids": product_ids,
                 "qtys": [quantities[pid] for pid in product_ids],
                 "prices": [quotes[pid].price for pid in product_ids],
-                "buckets": [quotes[pid].buckets for pid in product_ids],
                 "limited_ids": sorted(limits),
                 "max_pending": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
             },
@@ -250,12 +253,12 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
     )
     reserve = [
         ReserveLine(
-            pid,
-            quantities[pid],
-            quotes[pid].strategy,
-            quotes[pid].version,
-            quotes[pid].buckets,
-            quotes[pid].bucket_rows,
+            product_id=pid,
+            qty=quantities[pid],
+            strategy=quotes[pid].strategy,
+            version=quotes[pid].version_sum,
+            bucket_count=quotes[pid].bucket_count,
+            stock_rows=quotes[pid].stock_rows,
         )
         for pid in product_ids
     ]
@@ -281,8 +284,8 @@ def _refuse_outside_sale_window(quotes: dict[int, Quote]) -> None:
 
 
 def _reserve_stock(order: OrderView, lines: list[ReserveLine]) -> None:
-    """The last statements before COMMIT: the stock rows, by each product's strategy (``inventory.services``)."""
-    inventory_services.stock_reserve(order_id=order.order_id, lines=lines)
+    """The last statements before COMMIT: the stock rows, by each product's strategy (``inventory.reserve``)."""
+    inventory_reserve.stock_reserve(order_id=order.order_id, lines=lines)
 
 
 def checkout_in_transaction(
