@@ -299,10 +299,12 @@ def _move_reserved(*, lines: Sequence[HeldUnits], reason: str, back_to_available
     line so that every unit stays traceable to its order. A reservation without a bucket, or whose bucket does not
     hold its units, is :class:`InventoryCorrupted`: the units are never taken from another bucket."""
     require_transaction()
-    missing = sorted({line.product_id for line in lines if line.bucket is None})
-    if missing:
-        raise InventoryCorrupted(product_ids=missing)
-    placed = sorted((line.product_id, line.bucket or 0, line.order_id, line.qty) for line in lines)
+    placed: list[tuple[int, int, int, int]] = []  # (product, bucket, order, qty)
+    for line in lines:
+        if line.bucket is None:  # never guessed (bucket 0 is not a default): the reservation names where units are
+            raise InventoryCorrupted(product_ids=[line.product_id])
+        placed.append((line.product_id, line.bucket, line.order_id, line.qty))
+    placed.sort()
     totals: dict[tuple[int, int], int] = {}
     for product_id, bucket, _order_id, qty in placed:
         totals[(product_id, bucket)] = totals.get((product_id, bucket), 0) + qty
