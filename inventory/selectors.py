@@ -1,3 +1,10 @@
+"""Product reads for the API, carts and the checkout: one statement each, no lock.
+
+A product's stock is the sum over its stock rows (:data:`STOCK_SUM_SQL`), and its sale window and unit price are
+decided by the database clock (:data:`SALE_STATE_SQL`, :data:`UNIT_PRICE_SQL`); the checkout's quote read
+(``payments.checkout.QUOTES_SQL``) and the cart read (``carts.selectors``) use the same fragments.
+"""
+
 from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple
