@@ -80,7 +80,11 @@ def test_cancel_expiry_and_payment_take_the_units_from_the_bucket_the_reservatio
 
     assert (
         payment_services.payment_event_apply(
-            event_id=f"evt-bucket-{paid.pk}", event_type="payment.succeeded", order_id=paid.pk, amount=paid.total
+            event_id=f"evt-bucket-{paid.pk}",
+            event_type="payment.succeeded",
+            order_id=paid.pk,
+            amount=paid.total,
+            currency=paid.currency,
         )
         == "paid"
     )
