@@ -63,11 +63,11 @@ PRODUCTS_SQL = f"""
            (SELECT json_agg(json_build_array(b.bucket, b.available_stock, b.reserved_stock) ORDER BY b.bucket)
               FROM stock_buckets b WHERE b.product_id = p.id) AS buckets,
            (SELECT json_agg(json_build_array(e.seconds_left, e.units, e.orders) ORDER BY e.seconds_left)
-              FROM (SELECT extract(epoch FROM r.expires_at - now())::float8 AS seconds_left,
+              FROM (SELECT extract(epoch FROM date_trunc('second', r.expires_at) - now())::float8 AS seconds_left,
                            SUM(r.qty) AS units, count(*) AS orders
                       FROM inventory_reservations r
                      WHERE r.product_id = p.id AND r.status = '{ACTIVE}'
-                     GROUP BY r.expires_at ORDER BY r.expires_at LIMIT %(next_expiries)s) e) AS next_expiries
+                     GROUP BY date_trunc('second', r.expires_at) ORDER BY 1 LIMIT %(next_expiries)s) e) AS next_expiries
       FROM products p JOIN inventories i ON i.product_id = p.id
      WHERE p.id = ANY(%(pinned)s)
         OR (p.is_active AND (
