@@ -119,7 +119,7 @@ def _queue(product_id: int) -> dict[str, Any] | None:
 def board(*, pinned: list[int] | None = None) -> dict[str, Any]:
     """Everything one refresh of the sale board shows, as JSON-ready values."""
     started = time.perf_counter()
-    params = {
+    params: dict[str, Any] = {
         "span": SERIES_SECONDS,
         "near_before": NEAR_BEFORE_SECONDS,
         "near_after": NEAR_AFTER_SECONDS,

@@ -1,5 +1,5 @@
-"""What ops tools read from, and add to, the Prometheus metrics of :mod:`skincare.metrics` (the definitions there
-stay the one list of what the API counts; the ones here belong to the sale board and the audit).
+"""What the sale board reads from the Prometheus metrics of :mod:`skincare.metrics` (the gauges the sweeper's
+probe exports are in :mod:`skincare.probemetrics`).
 
 :func:`checkout_snapshot` reads the checkout counters and latency histogram the way ``/metrics`` does
 (:func:`skincare.metrics.registry`): under gunicorn, every worker's mmap'ed file in ``PROMETHEUS_MULTIPROC_DIR`` of
@@ -10,21 +10,7 @@ worker's increment is a store to its own shared memory page, the reader opens an
 import math
 from typing import Any
 
-from prometheus_client import Gauge
-
 from skincare import metrics
-
-AUDIT_VIOLATIONS = Gauge(
-    "skincare_audit_violations",
-    "Rows the last consistency audit (orders.audit) found violating each check (0 = consistent).",
-    ["check"],
-    multiprocess_mode="livemax",
-)
-AUDIT_LAST_RUN = Gauge(
-    "skincare_audit_last_run_timestamp_seconds",
-    "Unix time the last consistency audit finished (alert when it stops moving).",
-    multiprocess_mode="livemax",
-)
 
 CHECKOUT_COUNTER = "skincare_checkout_requests"
 CHECKOUT_HISTOGRAM = "skincare_checkout_duration_seconds"
@@ -77,10 +63,3 @@ def histogram_quantile(q: float, buckets: list[list[Any]]) -> float | None:
         lower_bound = float(le) if le != "+Inf" else lower_bound
         lower_count = cumulative
     return lower_bound
-
-
-def export_audit(violations_by_check: dict[str, int], finished_at: float) -> None:
-    """Set the audit gauges (one series per check, 0 when it passed)."""
-    for check, found in violations_by_check.items():
-        AUDIT_VIOLATIONS.labels(check=check).set(found)
-    AUDIT_LAST_RUN.set(finished_at)
