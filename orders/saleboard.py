@@ -7,7 +7,8 @@ Where each number comes from:
 
 - window state and countdown: ``products.sale_starts_at`` / ``sale_ends_at`` against the transaction's ``now()``;
 - available / reserved (total and per stock bucket): ``stock_buckets`` (``inventories`` is the view summing them);
-- sold: the stock ledger's ``consume`` rows of the product (units paid for);
+- sold: the stock ledger's ``consume`` rows of the product (units paid for) since its window opened (without an
+  open window: over the charts' span), so a refresh reads this sale's rows, never the product's whole history;
 - orders created / paid / expired / cancelled per second: the ledger rows of the last ``SERIES_SECONDS``
   (``reserve`` = an order created with this product, ``consume`` = paid, ``expire`` = swept or paid late,
   ``cancel`` = cancelled), found from the newest ledger row backwards so the read costs what the window holds;
@@ -58,8 +59,9 @@ PRODUCTS_SQL = f"""
            extract(epoch FROM p.sale_starts_at - now())::float8 AS seconds_to_start,
            extract(epoch FROM p.sale_ends_at - now())::float8 AS seconds_to_end,
            i.available_stock, i.reserved_stock,
+           p.sale_starts_at IS NOT NULL AND p.sale_starts_at <= now() AS sold_since_opening,
            (SELECT COALESCE(-SUM(m.reserved_delta), 0) FROM stock_movements m
-             WHERE m.product_id = p.id AND m.reason = '{CONSUME}') AS sold,
+             WHERE m.product_id = p.id AND m.id > since.ledger_id AND m.reason = '{CONSUME}') AS sold,
            (SELECT json_agg(json_build_array(b.bucket, b.available_stock, b.reserved_stock) ORDER BY b.bucket)
               FROM stock_buckets b WHERE b.product_id = p.id) AS buckets,
            (SELECT json_agg(json_build_array(e.seconds_left, e.units, e.orders) ORDER BY e.seconds_left)
@@ -69,6 +71,14 @@ PRODUCTS_SQL = f"""
                      WHERE r.product_id = p.id AND r.status = '{ACTIVE}'
                      GROUP BY date_trunc('second', r.expires_at) ORDER BY 1 LIMIT %(next_expiries)s) e) AS next_expiries
       FROM products p JOIN inventories i ON i.product_id = p.id
+      -- The product's newest ledger row from before its window opened (no window, or not open yet: before the
+      -- charts' span): "sold" adds up only this sale's rows, walking the (product_id, id) index backwards.
+      CROSS JOIN LATERAL (
+           SELECT COALESCE((SELECT m.id FROM stock_movements m
+                             WHERE m.product_id = p.id
+                               AND m.created_at < CASE WHEN p.sale_starts_at <= now() THEN p.sale_starts_at
+                                                       ELSE now() - make_interval(secs => %(span)s) END
+                             ORDER BY m.product_id DESC, m.id DESC LIMIT 1), 0) AS ledger_id) since
      WHERE p.id = ANY(%(pinned)s)
         OR (p.is_active AND (
                ((p.sale_starts_at IS NOT NULL OR p.sale_ends_at IS NOT NULL)
@@ -173,6 +183,7 @@ def board(*, pinned: list[int] | None = None) -> dict[str, Any]:
                 "available": row["available_stock"],
                 "reserved": row["reserved_stock"],
                 "sold": int(row["sold"]),
+                "sold_since": "opening" if row["sold_since_opening"] else "span",
                 "buckets": [
                     {"bucket": b, "available": a, "reserved": r}
                     for b, a, r in (row["buckets"] or [])

@@ -201,3 +201,18 @@ def test_histogram_quantile_matches_prometheus():
     assert opsmetrics.histogram_quantile(0.5, [[0.1, 0], ["+Inf", 0]]) is None
     assert opsmetrics.histogram_quantile(0.99, [[0.1, 0], ["+Inf", 10]]) == 0.1
     assert json.dumps(opsmetrics.checkout_snapshot())  # JSON-ready
+
+
+def test_sold_counts_this_sale_only(viewer, make_product, make_customer):
+    """Units paid before the window opened (an earlier sale) are not this sale's: a refresh reads this sale's
+    ledger rows only."""
+    product = make_product(stock=5)
+    for _ in range(2):
+        assert pay(place_order(customer=make_customer(), items=[(product.pk, 1)])) == "paid"
+    board = product_on_board(viewer.get(reverse(DATA)).json(), product.pk)
+    assert (board["sold"], board["sold_since"]) == (2, "span")  # no window: the last minutes
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE products SET sale_starts_at = now() WHERE id = %s", [product.pk])
+    assert pay(place_order(customer=make_customer(), items=[(product.pk, 1)])) == "paid"
+    board = product_on_board(viewer.get(reverse(DATA)).json(), product.pk)
+    assert (board["sold"], board["sold_since"], board["available"]) == (1, "opening", 2)
