@@ -92,6 +92,7 @@ def test_the_report_is_exact_against_orders_ledger_and_audit(make_product, make_
 
     png = tmp_path / "report.png"
     text = run_report("--product", str(product.pk), "--png", str(png))
+    print(text)  # shown with -s, and on failure
 
     # Each figure, counted independently.
     mine = Order.objects.filter(lines__product=product)
