@@ -4,6 +4,7 @@ the database clock), lock waiters and the oldest open transaction (``pg_stat_act
 ``--audit-every`` seconds the consistency audit's result (orders.audit). Read-only statements; none takes a lock
 that a checkout, a payment or a sweep waits for."""
 
+import logging
 import time
 
 from django.db import DatabaseError, connection
@@ -12,6 +13,8 @@ from orders.audit import CHECKS, audit_inventory
 from orders.saleboard import SWEEPER_LAG_SQL
 from skincare import probemetrics
 from skincare.db import is_connection_failure
+
+logger = logging.getLogger(__name__)
 
 # Other client backends of this database: how many wait for a lock, and the age of the oldest open transaction.
 ACTIVITY_SQL = """
@@ -29,8 +32,9 @@ class Probe:
         probemetrics.SWEEPER_INTERVAL.set(interval)
 
     def run(self) -> None:
-        """One probe; a database that cannot be reached sets ``skincare_database_up`` to 0 (never raises for
-        that). Any other error is a bug and is raised."""
+        """One probe; it never stops the sweeper for a database error: a database that cannot be reached sets
+        ``skincare_database_up`` to 0, any other (a statement timeout on a huge audit, say) is logged and the
+        gauges keep their last values. Anything else is a bug and is raised."""
         try:
             with connection.cursor() as cursor:
                 cursor.execute(SWEEPER_LAG_SQL)
@@ -46,9 +50,10 @@ class Probe:
                 export_audit()
             probemetrics.DATABASE_UP.set(1)
         except DatabaseError as exc:
-            if not is_connection_failure(exc):
-                raise
-            probemetrics.DATABASE_UP.set(0)
+            if is_connection_failure(exc):
+                probemetrics.DATABASE_UP.set(0)
+            else:
+                logger.warning("sweeper probe failed: %s", exc)
             connection.close_if_unusable_or_obsolete()
 
 

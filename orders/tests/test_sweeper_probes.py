@@ -82,3 +82,34 @@ def test_the_audit_result_is_exported_every_audit_every(make_product):
     Probe(interval=1, audit_every=1).run()  # a fresh loop audits at once
     assert gauge(probemetrics.AUDIT_VIOLATIONS, check="counters_vs_ledger") == 1
     assert gauge(probemetrics.AUDIT_VIOLATIONS, check="negative_stock") == 0
+
+
+def test_a_probe_that_times_out_does_not_stop_the_sweeper(make_product):
+    """A probe that cannot have its answer in time (a migration holds the reservations table; lock_timeout) is
+    logged: no exception reaches the sweeper loop, the database is not reported down, the gauges keep their
+    values."""
+    make_product(stock=1)
+    Probe(interval=1, audit_every=1).run()
+    assert gauge(probemetrics.DATABASE_UP) == 1
+    last_audit = gauge(probemetrics.AUDIT_LAST_RUN)
+    locked, release = threading.Event(), threading.Event()
+
+    def migration():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("LOCK TABLE inventory_reservations IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            assert release.wait(30)
+
+    holder = ThreadRun(migration, name="migration")
+    assert locked.wait(30)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '100ms'")
+        Probe(interval=1, audit_every=1).run()
+    finally:
+        release.set()
+        assert holder.join().error is None
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    assert gauge(probemetrics.DATABASE_UP) == 1
+    assert gauge(probemetrics.AUDIT_LAST_RUN) == last_audit
