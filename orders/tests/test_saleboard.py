@@ -3,20 +3,26 @@ checkouts, payments, expiries and refusals, and that reading it waits for no loc
 
 import json
 import threading
+import urllib.request
 
 import pytest
-from django.contrib.auth import get_user_model
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
 from django.db import OperationalError, connection, transaction
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from devtools.testing import ThreadRun, make_overdue
+from devtools.processes import Gunicorn
+from devtools.testing import ThreadRun, make_overdue, run_concurrently
 from inventory.permissions import ensure_ops_groups
 from orders import saleboard
 from orders.models import Order
 from payments import services as payment_services
 from payments.testing import place_order
+from payments.tests.test_checkout_http_race import post_checkout_once
 from skincare import opsmetrics
+from skincare.tests.test_metrics import _url as database_url_for_children
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -216,3 +222,32 @@ def test_sold_counts_this_sale_only(viewer, make_product, make_customer):
     assert pay(place_order(customer=make_customer(), items=[(product.pk, 1)])) == "paid"
     board = product_on_board(viewer.get(reverse(DATA)).json(), product.pk)
     assert (board["sold"], board["sold_since"], board["available"]) == (1, "opening", 2)
+
+
+def test_under_gunicorn_the_board_reads_every_workers_counters(make_product, make_customer):
+    """Three gunicorn workers each count in their own mmap file; the board's JSON, served by any one of them,
+    has the instance's sum (the same reading as /metrics), and the refusals by code."""
+    product = make_product(stock=20)
+    buyers = [make_customer() for _ in range(24)]
+    staff = get_user_model().objects.create_user(username="ops-gunicorn", password="pw-gunicorn", is_staff=True)
+    ensure_ops_groups()["ops_viewers"].user_set.add(staff)
+    session = SessionStore()  # what the admin login stores: the session cookie is all the board needs
+    session[SESSION_KEY], session[BACKEND_SESSION_KEY] = str(staff.pk), "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = staff.get_session_auth_hash()
+    session.save()
+    with Gunicorn(database_url_for_children(), workers=3, conn_max_age=0, extra_env={"ACCESS_LOG": "false"}) as web:
+        outcomes = run_concurrently(
+            24, lambda i: post_checkout_once(web.base, buyers[i].api_token, [{"product_id": product.pk, "qty": 1}])
+        )
+        statuses = sorted(o.value[0] for o in outcomes)
+        assert statuses.count(201) == 20 and statuses.count(409) == 4, statuses
+        request = urllib.request.Request(
+            web.base + reverse(DATA), headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={session.session_key}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            data = json.loads(response.read())
+        assert len(web.worker_pids()) == 3
+    assert data["checkout"]["scope"] == "instance (all gunicorn workers)"
+    assert data["checkout"]["outcomes"] == {"created": 20, "stock_conflict": 4}
+    assert data["checkout"]["latency"]["count"] == 24
+    assert product_on_board(data, product.pk)["reserved"] == 20
