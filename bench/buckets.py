@@ -13,19 +13,20 @@
    exited) is kept in the JSON as ``pg_cpu_ms_per_checkout_cell``.
 3. **HTTP**: wrk + bench/checkout.lua through gunicorn (bench.run's plumbing), the hot product with K = 1 and K = 8.
 
-The pgbench scripts are built from the service's statement texts (``inventory.services.RESERVE_SQL``,
-``CLAIM_BUCKET_SQL``, ``CLAIM_WAITING_SQL``, ``WAITING_PASSES``; ``payments.checkout.QUOTES_SQL``, ``ORDER_SQL``)
-with ``bench.strategies.pgbench_sql``, in the order ``inventory.services.stock_reserve`` sends them:
+The pgbench scripts run the service's own statements: the quote read and ORDER_SQL (``payments.checkout``, through
+``bench.strategies.quote_read`` / ``order_insert``), and the bucket claims exactly as
+``inventory.services.stock_reserve`` sends them, recorded from the service itself at the start of the run
+(``bench.service_trace``: a request no single bucket covers, in a transaction rolled back, so every claim attempt
+misses and shows itself; its statements and parameters, in order):
 
 * K = 1: the quote read, ORDER_SQL, the guarded UPDATE of bucket 0 (bench.strategies' ``guarded_update`` script);
-* K > 1: the quote read, ORDER_SQL (its reserve ledger row left to the claim), SAVEPOINT, CLAIM_BUCKET_SQL (a free
-  bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT, CLAIM_WAITING_SQL, up to WAITING_PASSES
-  times (each waits for one bucket; the savepoints as ``_reserve_bucketed`` takes them, with other names); still
-  none: the service's full pass (``_reserve_from_all``: lock every bucket, move units, Python decides) is NOT
-  scripted: the script rolls back and counts a *fallback needed* (``bench_bucket_fallback``). With stock that never
-  runs out a waiting pass cannot come back empty, so the count must be 0; it is reported. Checkouts that needed a
-  waiting pass are counted by ``SELECT nextval('bench_bucket_waited')`` after their COMMIT (a statement the service
-  does not send, outside the transaction, only on that path).
+* K > 1: the quote read, ORDER_SQL (its reserve ledger row left to the claim), SAVEPOINT, the first recorded claim
+  (a free bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT, the next recorded claim (a
+  waiting pass), for each recorded one; still none: the service's full pass (lock every bucket, move units, Python
+  decides) is NOT scripted: the script rolls back and counts a *fallback needed* (``bench_bucket_fallback``). With
+  stock that never runs out a waiting pass cannot come back empty, so the count must be 0; it is reported.
+  Checkouts that needed a waiting pass are counted by ``SELECT nextval('bench_bucket_waited')`` after their COMMIT
+  (a statement the service does not send, outside the transaction, only on that path).
 
 The claim statements return no row when they find no bucket, so they are run with ``\\aset`` (no assignment when
 no row) after ``\\set bucket -1``. Committed checkouts are counted as the orders that exist afterwards.
@@ -50,6 +51,7 @@ import functools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -64,7 +66,7 @@ from bench.report import DOCS, machine_info, server_settings, update_docs
 from bench.sampling import wait_for_quiet
 from bench.seeding import HOT, STOCK_BIG, seed
 from bench.tools import ensure_tools
-from devtools.processes import RESULTS, ROOT, Gunicorn, log, manage
+from devtools.processes import PY, RESULTS, ROOT, Gunicorn, django_env, log, manage
 from devtools.processes import server_url as db_url
 
 MARK_START, MARK_END = "<!-- buckets:results:start -->", "<!-- buckets:results:end -->"
@@ -78,47 +80,55 @@ GOAL_VS_SPREAD = 0.7  # bucketed hot at 64 and 256 clients / spread at the same 
 GOAL_64_VS_ONE_ROW_16 = 2.0  # bucketed hot at 64 clients / one row at 16 clients
 
 
+Claim = tuple[str, dict[str, Any]]
+# What each parameter of a claim statement becomes in the script; the other (text) parameters, the ledger reason,
+# keep the value the service sent. A parameter that is neither is an error: the script cannot drift.
+CLAIM_VARIABLES = {"product_id": ":p1", "qty": "1", "order_id": ":o_id"}
+
+
 @functools.cache
-def bucket_sql() -> dict[str, Any]:
-    """The service's bucket statements (after bench.strategies.service_sql() has set Django up)."""
-    strategies.service_sql()
-    from inventory.models import StockMovement
-    from inventory.services import CLAIM_BUCKET_SQL, CLAIM_WAITING_SQL, WAITING_PASSES
-
-    return {
-        "CLAIM_BUCKET_SQL": CLAIM_BUCKET_SQL,
-        "CLAIM_WAITING_SQL": CLAIM_WAITING_SQL,
-        "WAITING_PASSES": WAITING_PASSES,
-        "RESERVE": StockMovement.Reason.RESERVE.value,
-    }
-
-
-def _claim(name: str, buckets: int) -> str:
-    """CLAIM_BUCKET_SQL or CLAIM_WAITING_SQL for one unit of ``:p1`` in ``buckets`` buckets, for the order
-    ``:o_id``; ``\\aset`` sets ``:bucket`` only when it returns a row."""
-    sql = strategies.pgbench_sql(
-        bucket_sql()[name],
-        product_id=":p1",
-        qty="1",
-        buckets=str(buckets),
-        order_id=":o_id",
-        reason=f"'{bucket_sql()['RESERVE']}'",
+def service_claims(url: str) -> tuple[Claim, ...]:
+    """The service's claim attempts, in order (the first without waiting, then the waiting passes), recorded from
+    ``stock_reserve`` itself in a child process on the database at ``url`` (bench.service_trace)."""
+    proc = subprocess.run(
+        [PY, "-m", "bench.service_trace"], cwd=ROOT, env=django_env(url), capture_output=True, text=True, check=False
     )
-    return f"{sql} \\aset"
+    if proc.returncode != 0:
+        print(proc.stdout + proc.stderr, flush=True)
+        raise SystemExit("bench.service_trace could not record the service's claims")
+    return tuple((sql, params) for sql, params in json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def _waiting_passes(buckets: int, passes: int, attempt: int = 2) -> list[str]:
-    """``passes`` nested waiting passes, each run only when everything before it found no bucket: the miss before it
-    rolled back to its savepoint, a new savepoint, the claim (``_reserve_bucketed``)."""
-    if passes == 0:
+def claim_script(claim: Claim, buckets: int) -> str:
+    """One recorded claim for one unit of ``:p1`` in ``buckets`` buckets, for the order ``:o_id``; ``\\aset`` sets
+    ``:bucket`` only when it returns a row."""
+    sql, params = claim
+    values = {}
+    for name, value in params.items():
+        if name == "buckets":
+            values[name] = str(buckets)
+        elif name in CLAIM_VARIABLES:
+            values[name] = CLAIM_VARIABLES[name]
+        elif isinstance(value, str):
+            values[name] = "'" + value.replace("'", "''") + "'"
+        else:
+            raise SystemExit(f"the service's claim takes a parameter bench.buckets does not know: {name}={value!r}")
+    return f"{strategies.pgbench_sql(sql, **values)} \\aset"
+
+
+def _claims_after_a_miss(claims: Sequence[Claim], buckets: int, attempt: int = 2) -> list[str]:
+    """The claims after the first, each run only when everything before it found no bucket: the miss before it
+    rolled back to its savepoint, a new savepoint, the claim (as the service sent them)."""
+    if not claims:
         return []
     return ["\\if :bucket < 0", "\\set waited 1", f"ROLLBACK TO SAVEPOINT claim{attempt - 1};",
-            f"SAVEPOINT claim{attempt};", _claim("CLAIM_WAITING_SQL", buckets),
-            *_waiting_passes(buckets, passes - 1, attempt + 1), "\\endif"]  # fmt: skip
+            f"SAVEPOINT claim{attempt};", claim_script(claims[0], buckets),
+            *_claims_after_a_miss(claims[1:], buckets, attempt + 1), "\\endif"]  # fmt: skip
 
 
-def hot_script(buckets: int, customer_id: int) -> str:
-    """One checkout of the hot product with ``buckets`` stock buckets, as the service sends it."""
+def hot_script(buckets: int, customer_id: int, claims: Sequence[Claim]) -> str:
+    """One checkout of the hot product with ``buckets`` stock buckets, as the service sends it (``claims``: the
+    service's recorded claim attempts)."""
     if buckets == 1:
         return strategies.pgbench_script("guarded_update", "hot", customer_id)
     lockkey = f"\\set lockkey {strategies.service_sql()['CUSTOMER_KEY_BASE']} + random(1, 1000000000)"
@@ -129,12 +139,12 @@ def hot_script(buckets: int, customer_id: int) -> str:
         "\\set bucket -1",
         "\\set waited 0",
         "BEGIN;",
-        strategies._quote_read(["p1"]),
+        strategies.quote_read(["p1"]),
         "\\if :avail >= 1",
-        strategies._order_insert(["p1"], buckets=buckets, gset="o_"),
-        "SAVEPOINT claim1;",  # each claim attempt runs after a savepoint, rolled back on a miss (_reserve_bucketed)
-        _claim("CLAIM_BUCKET_SQL", buckets),
-        *_waiting_passes(buckets, bucket_sql()["WAITING_PASSES"]),
+        strategies.order_insert(["p1"], buckets=buckets, gset="o_"),
+        "SAVEPOINT claim1;",  # each claim attempt runs after a savepoint, rolled back on a miss
+        claim_script(claims[0], buckets),
+        *_claims_after_a_miss(claims[1:], buckets),
         "\\if :bucket >= 0",
         "COMMIT;",
         "\\else",
@@ -159,7 +169,7 @@ SUBJECTS = {
 }
 
 
-def cell_script(subject: str, customer_id: int) -> str:
+def cell_script(subject: str, customer_id: int, claims: Sequence[Claim]) -> str:
     """``hot-K`` (the service, K buckets), ``spread`` or ``seed``."""
     if subject == "spread":
         return strategies.pgbench_script("guarded_update", "spread", customer_id)
@@ -167,7 +177,7 @@ def cell_script(subject: str, customer_id: int) -> str:
         return limits_script("limit-hot-seed-order", customer_id)
     if subject == "seed-spread":
         return limits_script("limit-spread", customer_id)
-    return hot_script(int(subject.split("-")[1]), customer_id)
+    return hot_script(int(subject.split("-")[1]), customer_id, claims)
 
 
 def hot_buckets(subject: str) -> int:
@@ -353,7 +363,7 @@ def run_cell(
         duration=duration,
         connections=clients,
         customer_id=customer_id,
-        script_text=cell_script(subject, customer_id),
+        script_text=cell_script(subject, customer_id, service_claims(url)),
         query_mode=mode,
     )
     window.stop()
@@ -618,8 +628,8 @@ def markdown(report: dict[str, Any]) -> str:
         "in bench-results/buckets.json): read the ratios within one run, not the absolute figures.",
         "",
         "Successful checkouts per second (p99 ms) on one hot product; pgbench runs the service's own statements "
-        "(the quote read, ORDER_SQL, then RESERVE_SQL for K = 1, or for K > 1 CLAIM_BUCKET_SQL and on a miss "
-        "CLAIM_WAITING_SQL, each after a savepoint rolled back on a miss); "
+        "(the quote read, ORDER_SQL, then RESERVE_SQL for K = 1, or for K > 1 the bucket claims stock_reserve "
+        "sends, each after a savepoint rolled back on a miss); "
         "*spread* is the same statements over 1,000 products; *seed* is the seed's transaction on the hot "
         "product's one row:",
         "",
@@ -723,7 +733,7 @@ def run(url: str, tokens_file: Path, customer_id: int, args: argparse.Namespace,
         "command": command,
         "load_before": load_before,
         "args": {k: v for k, v in vars(args).items() if k not in ("reuse_db",)},
-        "waiting_passes": bucket_sql()["WAITING_PASSES"],
+        "waiting_passes": len(service_claims(url)) - 1,
         "gunicorn": "",
     }
     log(f"stock buckets: pgbench matrix K={args.buckets} x clients={args.clients} + spread + seed")

@@ -167,6 +167,7 @@ def setup_django() -> None:
 
     os.environ.setdefault("DJANGO_SECRET_KEY", demo.BENCH_SECRET_KEY)
     os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", demo.BENCH_WEBHOOK_SECRET)
+    os.environ["DJANGO_ENV"] = "development"  # the bench values, which production refuses
     os.environ.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")  # measured as configured here, not by .env
     os.environ.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")  # bench only: one customer checks out many times
     if not os.environ.get("DATABASE_URL"):

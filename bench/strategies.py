@@ -142,7 +142,7 @@ def _array(items: list[str]) -> str:
     return f"ARRAY[{', '.join(items)}]"  # the statements cast their array parameters themselves
 
 
-def _quote_read(pids: list[str]) -> str:
+def quote_read(pids: list[str]) -> str:
     """payments.checkout.QUOTES_SQL, folded into one row for \\gset. Every order is placed by one bench customer;
     its checkout-lock key is drawn per transaction (``:lockkey``), as for distinct customers."""
     cols = ", ".join(
@@ -159,7 +159,7 @@ FROM ({quotes}) AS q(id, price, available, strategy, version, max_per_customer, 
     seconds_to_start, buckets, bucket_rows, customer_locked) \\gset"""
 
 
-def _order_insert(pids: list[str], *, buckets: int = 1, gset: str = "") -> str:
+def order_insert(pids: list[str], *, buckets: int = 1, gset: str = "") -> str:
     """payments.checkout.ORDER_SQL: the order, its lines, reservations, reserve ledger rows and payment attempt.
     ``buckets``: the products' stock_buckets (K; with K > 1 the claim writes the reserve ledger row). ``gset``: a
     ``\\gset`` prefix to keep the statement's answer (the order id as ``<prefix>id``); else it ends with ``;``."""
@@ -241,7 +241,7 @@ def _reserve(strategy: str, pids: list[str], attempt: int = 1) -> list[str]:
 def _attempt(strategy: str, pids: list[str], attempt: int = 1) -> list[str]:
     """One checkout transaction: quote read, early refusal, the order's INSERT, the strategy's reservation."""
     begin = "BEGIN ISOLATION LEVEL SERIALIZABLE;" if strategy == "serializable" else "BEGIN;"
-    return [begin, _quote_read(pids), "\\if :avail >= 1", _order_insert(pids), *_reserve(strategy, pids, attempt),
+    return [begin, quote_read(pids), "\\if :avail >= 1", order_insert(pids), *_reserve(strategy, pids, attempt),
             "\\else", "ROLLBACK;", "\\endif"]  # fmt: skip
 
 
@@ -252,7 +252,7 @@ def pgbench_script(strategy: str, scenario: str, customer_id: int) -> str:
     if strategy == "serializable":
         # the first transaction (READ COMMITTED) reads the quotes, finds a serializable product and rolls back
         # before writing anything; a product seen short is refused there, at READ COMMITTED
-        body = ["BEGIN;", _quote_read(pids), "\\if :avail >= 1", "ROLLBACK;", *body, "\\else", "ROLLBACK;", "\\endif"]
+        body = ["BEGIN;", quote_read(pids), "\\if :avail >= 1", "ROLLBACK;", *body, "\\else", "ROLLBACK;", "\\endif"]
     lockkey = f"\\set lockkey {service_sql()['CUSTOMER_KEY_BASE']} + random(1, 1000000000)"
     return "\n".join([*choose, f"\\set cust {customer_id}", lockkey, *body]) + "\n"
 

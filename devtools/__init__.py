@@ -2,9 +2,10 @@
 
 - ``devdb``: the embedded PostgreSQL 18 that ``make run`` and ``make test`` use when ``DATABASE_URL`` is unset;
 - ``pgbouncer``: a real PgBouncer in transaction mode in front of it (tests, rehearsals, ``make bench-conn``);
-- ``processes``: local servers and commands (databases, ``manage.py``, gunicorn, free ports) for rehearsals and
-  benchmarks;
+- ``processes``: local servers and commands (databases, ``manage.py``, gunicorn, sweepers, free ports) for
+  rehearsals and benchmarks;
 - ``testenv`` / ``testing``: test-only settings and the concurrency helpers the race tests use;
 - ``djangoctl``: bulk seeding helpers (tokens, products) for load runs;
-- ``scaleout``: ``make scaleout``, the scale-out rehearsal; ``mutate``: ``make mutate``, mutation testing.
+- ``scaleout``: ``make scaleout``, the scale-out rehearsal; ``failover`` (with ``patroni``, ``failover_proof``):
+  ``make failover``; ``mutate``: ``make mutate``, mutation testing.
 """

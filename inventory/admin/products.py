@@ -13,6 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from inventory import services
+from inventory.admin.product_form import ProductVersionForm
 from inventory.models import Inventory, Product
 from skincare.admin_helpers import ReadOnlyAdminMixin
 
@@ -60,11 +61,12 @@ class ProductAdmin(admin.ModelAdmin):
     list_select_related = ["inventory"]
     inlines = [InventoryInline]
     readonly_fields = ["created_at", "updated_at"]
+    form = ProductVersionForm  # a stale page cannot write back an old window or price (product_form.py)
 
     def get_fields(self, request: HttpRequest, obj: Product | None = None) -> list[str]:
         fields = ["sku", "name", "price", "max_per_customer", "is_active", "inventory_strategy", "stock_buckets"]
         fields += ["sale_starts_at", "sale_ends_at", "sale_price"]
-        return [*fields, *([] if obj is None else ["created_at", "updated_at"])]
+        return [*fields, *([] if obj is None else ["created_at", "updated_at", "loaded_version"])]
 
     def has_delete_permission(self, request: HttpRequest, obj: Product | None = None) -> bool:
         return False  # products are referenced by orders and the ledger; deactivate instead

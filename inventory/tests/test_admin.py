@@ -10,6 +10,7 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from devtools.testing import assert_invariants
+from inventory.admin.product_form import product_version
 from inventory.models import Inventory, Product, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order, Reservation
@@ -91,6 +92,7 @@ def pay(order, amount=None, event_id=None):
         event_type=payment_services.EVENT_SUCCEEDED,
         order_id=order.pk,
         amount=order.total if amount is None else amount,
+        currency=order.currency,
     )
 
 
@@ -209,6 +211,7 @@ def test_product_edit_cannot_smuggle_a_stock_change(manager_client, shop):
             "sku": serum.sku,
             "name": "Serum, renamed",
             "price": "12.50",
+            "loaded_version": product_version(serum.pk),  # the page as loaded (issue 27's stale-page check)
             "is_active": "on",
             "inventory_strategy": "guarded_update",  # the form's select always submits a value
             "stock_buckets": "1",

@@ -16,6 +16,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently, wait_for_lock_waiters
 from inventory import services
+from inventory.admin.product_form import product_version
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory, Product, StockBucket, StockMovement
 from orders import services as order_services
@@ -352,6 +353,7 @@ def test_stock_managers_set_the_buckets_in_the_admin(make_product):
                 "is_active": "on",
                 "inventory_strategy": strategy,
                 "stock_buckets": str(buckets),
+                "loaded_version": product_version(product.pk),  # the page as loaded (issue 27)
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",

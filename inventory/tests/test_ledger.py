@@ -96,6 +96,7 @@ def test_payment_writes_one_consume_row_per_line(make_product, customer):
         event_type=payment_services.EVENT_SUCCEEDED,
         order_id=order.pk,
         amount=order.total,
+        currency=order.currency,
     )
 
     assert outcome == "paid"

@@ -37,6 +37,7 @@ def pay(order):
         event_type=payment_services.EVENT_SUCCEEDED,
         order_id=order.pk,
         amount=order.total,
+        currency=order.currency,
     )
 
 

@@ -136,12 +136,12 @@ def test_control_checkout_steps_in_separate_transactions_leave_a_half_written_or
 
     def naive_checkout():
         with transaction.atomic():  # the order's rows commit on their own
-            order, reserve = checkouts._open_order(customer=customer, quantities={product.pk: 2})
+            opened = checkouts.order_open(customer=customer, items=[(product.pk, 2)])
         pids.append(backend_pid())
         paused.set()
         resume.wait(timeout=60)
         with transaction.atomic():
-            checkouts._reserve_stock(order, reserve)
+            checkouts.order_stock_reserve(opened=opened)
 
     run = ThreadRun(naive_checkout)
     assert paused.wait(timeout=60)

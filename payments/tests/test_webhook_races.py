@@ -205,6 +205,7 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer, monk
                     event_type=services.EVENT_SUCCEEDED,
                     order_id=order.pk,
                     amount=order.total,
+                    currency=order.currency,
                     provider_reference=f"ch_{i}",
                 )
             return hooks.sweep()
