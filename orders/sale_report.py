@@ -52,7 +52,7 @@ _payments_source: PaymentsSource | None = None
 
 def register_payments_source(source: PaymentsSource | None) -> None:
     """The payments app plugs in ``(product_id, since) -> {"late_payments": n, "refunds_to_make": n,
-    "refund_amount": Decimal, "amount_mismatches": n}`` (payments/reporting.py)."""
+    "refund_amount": Decimal, "mismatches": n}`` (payments/reporting.py)."""
     global _payments_source  # one process-wide hook, set once at start-up
     _payments_source = source
 

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.urls import reverse
@@ -99,7 +100,11 @@ def test_the_board_follows_a_sale(launch_browser, live_server, make_product, mak
     for order_id in orders[:3]:  # three of them pay
         order = Order.objects.get(pk=order_id)
         outcome = payment_services.payment_event_apply(
-            event_id=f"evt-board-{order_id}", event_type="payment.succeeded", order_id=order_id, amount=order.total
+            event_id=f"evt-board-{order_id}",
+            event_type="payment.succeeded",
+            order_id=order_id,
+            amount=order.total,
+            currency=settings.SHOP_CURRENCY,
         )
         assert outcome == "paid"
 

@@ -13,6 +13,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models import F, Sum
@@ -42,7 +43,11 @@ def next_second():
 
 def pay(order, event="evt"):
     return payment_services.payment_event_apply(
-        event_id=f"{event}-{order.pk}", event_type="payment.succeeded", order_id=order.pk, amount=order.total
+        event_id=f"{event}-{order.pk}",
+        event_type="payment.succeeded",
+        order_id=order.pk,
+        amount=order.total,
+        currency=settings.SHOP_CURRENCY,
     )
 
 
@@ -90,6 +95,16 @@ def test_the_report_is_exact_against_orders_ledger_and_audit(make_product, make_
     for order in [o for o in late_buyers if is_order(o)][:2]:
         assert pay(order) == "paid"
 
+    short = orders[17]  # a payment of the wrong amount: recorded for ops, the order stays pending
+    mismatch = payment_services.payment_event_apply(
+        event_id=f"evt-short-{short.pk}",
+        event_type="payment.succeeded",
+        order_id=short.pk,
+        amount=short.total - 1,
+        currency=settings.SHOP_CURRENCY,
+    )
+    assert mismatch == "amount_mismatch"
+
     png = tmp_path / "report.png"
     text = run_report("--product", str(product.pk), "--png", str(png))
     print(text)  # shown with -s, and on failure
@@ -118,8 +133,10 @@ def test_the_report_is_exact_against_orders_ledger_and_audit(make_product, make_
     )
     refunds = PaymentAttempt.objects.filter(order__lines__product=product, status="refund_required")
     assert refunds.count() == 1
+    assert PaymentAttempt.objects.filter(order__lines__product=product, status="amount_mismatch").count() == 1
     assert figure(text, "late payments") == (
-        f"1; refunds to make: 1 totalling {refunds.get().received_amount:.2f}; amount mismatches: 0"
+        f"1; refunds to make: 1 totalling {refunds.get().received_amount:.2f}; amount or currency mismatches: "
+        f"{PaymentAttempt.objects.filter(order__lines__product=product, status='amount_mismatch').count()}"
     )
     per_second = Counter(at.replace(microsecond=0) for at in mine.values_list("created_at", flat=True))
     peak = max(per_second.values())

@@ -50,7 +50,11 @@ def checkout_over_http(token, product_id, qty=1):
 
 def pay(order):
     return payment_services.payment_event_apply(
-        event_id=f"evt-board-{order.pk}", event_type="payment.succeeded", order_id=order.pk, amount=order.total
+        event_id=f"evt-board-{order.pk}",
+        event_type="payment.succeeded",
+        order_id=order.pk,
+        amount=order.total,
+        currency=settings.SHOP_CURRENCY,
     )
 
 

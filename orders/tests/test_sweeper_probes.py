@@ -113,3 +113,10 @@ def test_a_probe_that_times_out_does_not_stop_the_sweeper(make_product):
             cursor.execute("RESET lock_timeout")
     assert gauge(probemetrics.DATABASE_UP) == 1
     assert gauge(probemetrics.AUDIT_LAST_RUN) == last_audit
+
+
+def test_a_negative_audit_every_is_refused():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--audit-every must not be negative"):
+        call_command("expire_reservations", "--loop", "--audit-every", "-1")

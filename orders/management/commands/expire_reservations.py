@@ -64,6 +64,8 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         if interval < 0:
             raise CommandError("--interval must not be negative")
+        if audit_every < 0:
+            raise CommandError("--audit-every must not be negative")
         stop = stop_event if stop_event is not None else threading.Event()
         previous_handlers = {}
         # The handlers go in before anything is printed: a supervisor that sends SIGTERM as soon as the worker

@@ -67,7 +67,7 @@ class Command(BaseCommand):
             p = report.payments
             out(
                 f"  late payments:   {p['late_payments']}; refunds to make: {p['refunds_to_make']} "
-                f"totalling {p['refund_amount']:.2f}; amount mismatches: {p['amount_mismatches']}"
+                f"totalling {p['refund_amount']:.2f}; amount or currency mismatches: {p['mismatches']}"
             )
         out(f"  picture:         {path}")
         if report.audit:
