@@ -31,7 +31,7 @@ Method:
 
 Data: the benchmark uses its own rows in the dev database, created once and reused: customer
 ``cpu-bench-customer`` (with a DRF token), products ``cpu-bench-stock`` (10,000,000 units) and
-``cpu-bench-sold-out`` (0 units), all through the services (``inventory.services.product_create``). Demo data
+``cpu-bench-sold-out`` (0 units), all through the services (``inventory.catalogue.product_create``). Demo data
 is not touched. The cancelled bench orders stay in the database (as cancelled orders with their ledger rows).
 
 Environment it runs with: ``DJANGO_SETTINGS_MODULE=skincare.settings``; ``DB_CONN_MAX_AGE=600`` unless set
@@ -192,12 +192,12 @@ class Fixture:
 
 
 def _product(sku: str, name: str, stock: int) -> int:
-    from inventory import services
+    from inventory import catalogue
     from inventory.models import Product
 
     product = Product.objects.filter(sku=sku).first()
     if product is None:
-        product = services.product_create(sku=sku, name=name, price=Decimal("100000.00"), initial_stock=stock)
+        product = catalogue.product_create(sku=sku, name=name, price=Decimal("100000.00"), initial_stock=stock)
         log(f"created product {product.pk} ({sku}, stock {stock})")
     return product.pk
 

@@ -93,14 +93,20 @@ class ReservationStatus(models.TextChoices):
 
 
 class Reservation(models.Model):
-    """Units of one product held for one order until ``expires_at`` (database clock).
-    ``active`` ends in exactly one of ``consumed``, ``expired`` or ``cancelled``; nothing returns to ``active``."""
+    """Units of one product held for one order until ``expires_at`` (database clock), in the stock row ``bucket``
+    names. ``active`` ends in exactly one of ``consumed``, ``expired`` or ``cancelled``; nothing returns to
+    ``active``."""
 
     Status = ReservationStatus
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="reservations")
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="reservations")
     qty = models.IntegerField()
+    # The stock row (StockBucket.bucket) that holds the units: what release, cancel, expiry and payment take them
+    # from. Written by the checkout's statements (bucket 0, then the bucket the reserve statement took:
+    # inventory.reserve), never changed after COMMIT. A trigger (migration 0003) refuses a bucket the product has no
+    # stock row for.
+    bucket = models.PositiveSmallIntegerField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.ACTIVE)
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

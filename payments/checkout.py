@@ -5,11 +5,11 @@ This module is the checkout after the API view (``payments/api.py``), for ``POST
 one transaction:
 
 * :func:`order_open` checks, then writes everything but the stock in one statement (:data:`ORDER_SQL`): the order,
-  its lines, its reservations, the payment attempt, and the reserve ledger rows of products with one bucket (a
-  bucketed product's is written by its claim, which names the bucket). It returns an :class:`OpenOrder`.
-* :func:`order_stock_reserve` then moves the units from available to reserved (``inventory.services.stock_reserve``,
-  by each product's strategy and stock buckets: docs/strategies.md). The stock rows it locks are the last statements
-  before COMMIT.
+  its lines, its reservations (naming bucket 0) and the payment attempt. It returns an :class:`OpenOrder`.
+* :func:`order_stock_reserve` then moves the units from available to reserved (``inventory.reserve.stock_reserve``,
+  by each product's strategy and stock buckets: docs/strategies.md): each reserve statement updates one stock row,
+  writes its reserve ledger row and, when it took another bucket, names that bucket on the reservation. The stock
+  rows it locks are the last statements before COMMIT.
 
 :func:`checkout` runs the two in one ``@retry_transient @transaction.atomic`` transaction (``skincare.db``:
 deadlocks and serialization failures retried, timeouts → 503). Under an ``Idempotency-Key``,
@@ -53,12 +53,19 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from inventory import services as inventory_services
+from inventory import reserve as inventory_reserve
 from inventory import soldout
 from inventory.exceptions import InvalidProduct, SaleEnded, SaleNotStarted, StockConflict
-from inventory.models import InventoryStrategy, StockMovement
-from inventory.selectors import SALE_ENDED, SALE_SCHEDULED, SALE_STATE_SQL, SECONDS_TO_START_SQL, UNIT_PRICE_SQL
-from inventory.services import ReserveLine
+from inventory.models import InventoryStrategy
+from inventory.reserve import ReserveLine
+from inventory.selectors import (
+    SALE_ENDED,
+    SALE_SCHEDULED,
+    SALE_STATE_SQL,
+    SECONDS_TO_START_SQL,
+    STOCK_SUM_SQL,
+    UNIT_PRICE_SQL,
+)
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
 from orders.selectors import OrderLineView, OrderView
@@ -79,21 +86,18 @@ from skincare.validation import parse_rate
 # order's created_at: no order is ever created before sale_starts_at. The window's expressions are the product
 # API's too (inventory.selectors), so the countdown a client sees and the checkout's decision are one rule.
 QUOTES_SQL = f"""
-SELECT p.id, {UNIT_PRICE_SQL} AS unit_price, COALESCE(i.available_stock, 0), p.inventory_strategy,
-       COALESCE(i.version, 0), p.max_per_customer, {SALE_STATE_SQL} AS sale, p.sale_starts_at,
-       {SECONDS_TO_START_SQL} AS seconds_to_start, p.stock_buckets, COALESCE(i.bucket_rows, 1),
+SELECT p.id, {UNIT_PRICE_SQL} AS price, COALESCE(stock.available_stock, 0) AS available,
+       p.inventory_strategy AS strategy, COALESCE(stock.version_sum, 0) AS version_sum, p.max_per_customer,
+       {SALE_STATE_SQL} AS sale, p.sale_starts_at, {SECONDS_TO_START_SQL} AS seconds_to_start,
+       p.stock_buckets AS bucket_count, COALESCE(stock.stock_rows, 1) AS stock_rows,
        (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
 FROM products p
-LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
-    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version,
-           count(*)::integer AS bucket_rows
-      FROM stock_buckets b WHERE b.product_id = p.id
-) i ON true
+{STOCK_SUM_SQL}
 WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 """
 
-# One statement writes the order, its lines, its reservations, their reserve ledger rows and the payment attempt
-# (one round trip instead of five), and reads what the per-customer checks need: the customer's open unpaid orders
+# One statement writes the order, its lines, its reservations and the payment attempt (one round trip instead of
+# four), and reads what the per-customer checks need: the customer's open unpaid orders
 # (when MAX_PENDING_ORDERS_PER_CUSTOMER is on) and their units of the limited products in open and paid orders (when
 # the cart has any): a count that is off is not read at all. Those reads see the snapshot from the start of
 # this statement: every order the customer's earlier checkouts committed, none of the rows written here.
@@ -110,24 +114,19 @@ WITH new_order AS (
                        WHERE p.id = ANY(%(product_ids)s::bigint[]) AND p.sale_ends_at <= statement_timestamp())
     RETURNING id, total, created_at, payment_expires_at
 ), line AS (
-    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[],
-                         %(buckets)s::integer[])
-        AS line(product_id, qty, unit_price, buckets)
+    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[])
+        AS line(product_id, qty, unit_price)
 ), new_lines AS (
     INSERT INTO order_lines (order_id, product_id, qty, unit_price)
     SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line
 ), new_reservations AS (
-    INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at)
-    SELECT new_order.id, line.product_id, line.qty, %(active)s, new_order.payment_expires_at,
+    -- bucket 0, a one-row product's only stock row; the reserve statement that takes a bucketed product's units
+    -- names the bucket it took (inventory.reserve), and writes the reserve ledger row
+    INSERT INTO inventory_reservations (order_id, product_id, qty, bucket, status, expires_at, created_at,
+                                        updated_at)
+    SELECT new_order.id, line.product_id, line.qty, 0, %(active)s, new_order.payment_expires_at,
            new_order.created_at, new_order.created_at
     FROM new_order, line
-), reserve_ledger AS (
-    -- bucket 0 of a one-row product; a bucketed product's row is written by its claim, which knows the bucket
-    INSERT INTO stock_movements (product_id, bucket, available_delta, reserved_delta, reason, order_id, note,
-                                 created_at)
-    SELECT line.product_id, 0, -line.qty, line.qty, %(reserve)s, new_order.id, '', new_order.created_at
-    FROM new_order, line
-    WHERE line.buckets = 1
 ), new_payment_attempt AS (
     INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at)
     SELECT new_order.id, %(attempt_pending)s, new_order.total, '', new_order.created_at, new_order.created_at
@@ -155,25 +154,28 @@ ORDER_SQL_CONSTANTS = {
     "pending_payment": Order.Status.PENDING_PAYMENT.value,
     "paid": Order.Status.PAID.value,
     "active": Reservation.Status.ACTIVE.value,
-    "reserve": StockMovement.Reason.RESERVE.value,
     "attempt_pending": PaymentAttempt.Status.PENDING.value,
     "currency": settings.SHOP_CURRENCY,  # the shop's currency (checked at start-up, skincare.E012)
 }
 
 
 class Quote(NamedTuple):
-    """What :data:`QUOTES_SQL` says about one product."""
+    """What :data:`QUOTES_SQL` says about one product (its columns by name: :meth:`from_row`)."""
 
     price: Decimal  # the unit price to charge: the sale price inside an open sale window
     available: int
     strategy: str
-    version: int
+    version_sum: int  # the sum of its stock rows' versions: bucket 0's version when it is the only row
     max_per_customer: int | None
     sale: str | None  # scheduled | open | ended by this transaction's clock; None without a window
     sale_starts_at: datetime | None
     seconds_to_start: Decimal | None  # scheduled only
-    buckets: int  # the product's stock_buckets (K)
-    bucket_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
+    bucket_count: int  # the product's stock_buckets (K)
+    stock_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Quote":
+        return cls(**{field: row[field] for field in cls._fields})
 
 
 def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -232,7 +234,8 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
             QUOTES_SQL,
             {"customer_lock": advisory_key("customer_checkout", customer.pk), "product_ids": list(quantities)},
         )
-        quotes = {row[0]: Quote(*row[1:11]) for row in cursor.fetchall()}
+        names = [column.name for column in cursor.description]
+        quotes = {row[0]: Quote.from_row(dict(zip(names, row, strict=True))) for row in cursor.fetchall()}
     missing = sorted(set(quantities) - set(quotes))
     if missing:
         raise InvalidProduct(product_ids=missing)
@@ -264,7 +267,6 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
                 "product_ids": product_ids,
                 "qtys": [quantities[pid] for pid in product_ids],
                 "prices": [quotes[pid].price for pid in product_ids],
-                "buckets": [quotes[pid].buckets for pid in product_ids],
                 "limited_ids": sorted(limits),
                 "max_pending": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
             },
@@ -295,12 +297,12 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
     )
     reserve = [
         ReserveLine(
-            pid,
-            quantities[pid],
-            quotes[pid].strategy,
-            quotes[pid].version,
-            quotes[pid].buckets,
-            quotes[pid].bucket_rows,
+            product_id=pid,
+            qty=quantities[pid],
+            strategy=quotes[pid].strategy,
+            version=quotes[pid].version_sum,
+            bucket_count=quotes[pid].bucket_count,
+            stock_rows=quotes[pid].stock_rows,
         )
         for pid in product_ids
     ]
@@ -327,10 +329,10 @@ def _refuse_outside_sale_window(quotes: dict[int, Quote]) -> None:
 
 def order_stock_reserve(*, opened: OpenOrder) -> OrderView:
     """The second phase of a checkout, in the transaction of its :func:`order_open`: the order's units move from
-    available to reserved, by each product's strategy (``inventory.services.stock_reserve``). These are the last
+    available to reserved, by each product's strategy (``inventory.reserve.stock_reserve``). These are the last
     statements before COMMIT: whatever else the transaction writes comes before this call, so nothing lengthens the
     time a stock row is locked. Returns the order."""
-    inventory_services.stock_reserve(order_id=opened.order.order_id, lines=opened.stock)
+    inventory_reserve.stock_reserve(order_id=opened.order.order_id, lines=opened.stock)
     return opened.order
 
 

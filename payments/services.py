@@ -87,8 +87,8 @@ def payment_event_apply(
     outcome again.
 
     Locks: the event id first (only deliveries of the same event contend there, and each takes it before
-    anything else), then the order row, its payment attempts, its reservations, inventory rows by ascending
-    product id. The inventory rows are locked by the last statements of the transaction.
+    anything else), then the order row, its payment attempts and its reservations, then the stock rows each
+    reservation names (the lock order is in ``skincare.locks``), by the last statements of the transaction.
     """
     if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
         return Outcome.DUPLICATE
@@ -157,7 +157,7 @@ def payment_event_apply(
         attempt.save()
     _set_outcome(event_id=event_id, outcome=outcome)
     if transition is not None:
-        transition(order=order)  # takes the reservation and inventory locks: last
+        transition(order=order)  # takes the reservation and stock row locks: last
     if outcome in (Outcome.AMOUNT_MISMATCH, Outcome.CURRENCY_MISMATCH, Outcome.REFUND_REQUIRED):
         logger.warning("payment event %s for order %s needs ops: %s", event_id, order.pk, outcome)
     return outcome

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from inventory import services
+from inventory import catalogue, services
 from inventory.admin.product_form import ProductVersionForm
 from inventory.models import Inventory, Product
 from skincare.admin_helpers import ReadOnlyAdminMixin
@@ -100,8 +100,8 @@ class ProductAdmin(admin.ModelAdmin):
                 services.stock_buckets_set(product_id=obj.pk, buckets=buckets, actor=request.user)
                 obj.stock_buckets = buckets
             return
-        # A new product gets its inventory row through the service (stock 0; add stock with Adjust).
-        created = services.product_create(
+        # A new product gets its stock row through the service (stock 0; add stock with Adjust).
+        created = catalogue.product_create(
             sku=obj.sku,
             name=obj.name,
             price=obj.price,
@@ -112,7 +112,7 @@ class ProductAdmin(admin.ModelAdmin):
             actor=request.user,
         )
         if obj.sale_starts_at or obj.sale_ends_at or obj.sale_price is not None:
-            created = services.product_sale_set(
+            created = catalogue.product_sale_set(
                 product_id=created.pk,
                 starts_at=obj.sale_starts_at,
                 ends_at=obj.sale_ends_at,

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import Client
 
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
-from inventory import services as inventory_services
+from inventory import reserve
 from inventory.admin.product_form import product_version
 from inventory.exceptions import LockBusy, StockConflict
 from inventory.models import Inventory, InventoryStrategy, Product
@@ -34,8 +34,8 @@ def conninfo():
 
 
 def is_reserve(sql):
-    """The guarded reservation UPDATE (plain or at a version), as ``inventory.services`` sends it."""
-    return sql in (inventory_services.RESERVE_SQL, inventory_services.RESERVE_AT_VERSION_SQL)
+    """The reserve statement on bucket 0 (plain or at a version), as ``inventory.reserve`` sends it."""
+    return sql in (reserve.RESERVE_SQL, reserve.RESERVE_AT_VERSION_SQL)
 
 
 PRODUCT_KEY_LOCK = "SELECT pg_advisory_xact_lock(%s)"  # skincare.locks.advisory_xact_lock, one key per statement
@@ -49,8 +49,8 @@ def statements_of_one_checkout(customer, product):
         sent.append(sql)
         result = execute(sql, params, many, context)
         if is_reserve(sql):
-            context["cursor"].execute("SHOW transaction_isolation")
-            isolation.append(context["cursor"].fetchone()[0])
+            # on a cursor of its own: the reserve statement's answer (the bucket taken) is still to be read
+            isolation.append(context["cursor"].connection.execute("SHOW transaction_isolation").fetchone()[0])
         return result
 
     with connection.execute_wrapper(record):

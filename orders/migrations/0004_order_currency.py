@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('orders', '0002_orders_customer_pending_idx'),
+        ('orders', '0003_reservation_bucket'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
