@@ -18,7 +18,7 @@ export DJANGO_ENV := development
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps prometheus-deps
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
@@ -96,7 +96,18 @@ pgbouncer-deps:
 		fi; \
 	fi
 
-test: db lint browser-deps pgbouncer-deps
+# promtool and prometheus for deploy/prometheus/'s tests (rules checked and unit-tested, a real Prometheus scraping a
+# live stack): Debian's prometheus, installed here as root like pgbouncer. Without root and without it, those tests
+# are deselected with a loud warning; under CI (CI set) they are required.
+prometheus-deps:
+	@if ! test -x /usr/bin/promtool || ! test -x /usr/bin/prometheus; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing prometheus (promtool) for the alert rule tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		fi; \
+	fi
+
+test: db lint browser-deps pgbouncer-deps prometheus-deps
 	@deselect=""; \
 	if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 		if [ -n "$$CI" ]; then echo "CI: chromium/chromedriver are required for the ops browser test and could not be installed"; exit 1; fi; \
@@ -107,6 +118,11 @@ test: db lint browser-deps pgbouncer-deps
 		if [ -n "$$CI" ]; then echo "CI: pgbouncer is required for the PgBouncer tests and could not be installed"; exit 1; fi; \
 		echo "WARNING: pgbouncer not found, the PgBouncer tests are NOT run (apt-get install pgbouncer)"; \
 		deselect="$${deselect:+$$deselect and }not pgbouncer"; \
+	fi; \
+	if ! test -x /usr/bin/promtool || ! test -x /usr/bin/prometheus; then \
+		if [ -n "$$CI" ]; then echo "CI: prometheus (promtool) is required for the alert rule tests and could not be installed"; exit 1; fi; \
+		echo "WARNING: prometheus/promtool not found, the alert rule tests are NOT run (apt-get install prometheus)"; \
+		deselect="$${deselect:+$$deselect and }not prometheus"; \
 	fi; \
 	if [ -n "$$deselect" ]; then $(PY) -m pytest -m "$$deselect" $(PYTEST_ARGS); else $(PY) -m pytest $(PYTEST_ARGS); fi
 

@@ -8,12 +8,12 @@ on active reservations, through ``InventoryAdmin.extend``) and ``payments.admin`
 
 from django.contrib import admin, messages
 from django.db.models import Exists, OuterRef
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from inventory.admin import InventoryAdmin, ledger_table
 from inventory.models import StockMovement
-from orders import services
+from orders import admin_board, services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, OrderLine, Reservation
 from skincare.admin_helpers import ExtensibleAdmin, ReadOnlyAdminMixin, ReadOnlyInline
@@ -50,6 +50,15 @@ class OrderAdmin(ExtensibleAdmin):
     ]
     readonly_fields = fields
     actions = ["cancel_orders"]
+    change_list_template = "admin/orders/order/change_list.html"  # adds the "Sale board" button
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view  # staff only; the views check orders.view_order
+        return [
+            path("sale-board/", wrap(lambda request: admin_board.board_view(self, request)), name="orders_sale_board"),
+            path("sale-board/data.json", wrap(admin_board.board_data_view), name="orders_sale_board_data"),
+            *super().get_urls(),
+        ]
 
     def has_add_permission(self, request):
         return False  # orders are created by checkout only

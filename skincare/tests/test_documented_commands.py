@@ -40,6 +40,7 @@ DOCUMENTED = {
         "manage.py prune_retention",
         "manage.py remove_demo_data",
         "manage.py revoke_token",
+        "manage.py sale_report",
     )
 }
 
@@ -80,7 +81,14 @@ def test_every_command_the_docs_name_exists_and_is_covered() -> None:
     assert set(get_commands()) >= DOCUMENTED
     runnable = {line.split()[2] for line in documented_lines()}
     assert runnable <= DOCUMENTED
-    assert {"issue_token", "revoke_token", "expire_reservations", "audit_inventory", "flash_sale_setup"} <= runnable
+    assert {
+        "issue_token",
+        "revoke_token",
+        "expire_reservations",
+        "audit_inventory",
+        "flash_sale_setup",
+        "sale_report",
+    } <= runnable
 
 
 def test_the_newcomers_python_has_no_django(tmp_path: Path) -> None:

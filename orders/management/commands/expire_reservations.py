@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 
 from orders import selectors, services
+from orders.sweeper_probes import Probe
 from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
@@ -33,13 +34,29 @@ class Command(BaseCommand):
         parser.add_argument(
             "--metrics-addr", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
         )
+        parser.add_argument(
+            "--audit-every",
+            type=float,
+            default=0.0,
+            help="with --loop: run the consistency audit every this many seconds and export its result "
+            "(skincare_audit_violations; 0 = never, the default)",
+        )
 
     # Not a command-line option: lets code that runs the command in-process (tests, an embedding
     # scheduler) ask a --loop run to stop, exactly as SIGTERM/SIGINT do.
     stealth_options = ("stop_event",)
 
     def handle(
-        self, *args, batch_size, loop, interval, metrics_port=None, metrics_addr="127.0.0.1", stop_event=None, **options
+        self,
+        *args,
+        batch_size,
+        loop,
+        interval,
+        metrics_port=None,
+        metrics_addr="127.0.0.1",
+        audit_every=0.0,
+        stop_event=None,
+        **options,
     ):
         # --verbosity 0 (make run's sweeper every 2 s): a sweep that returned nothing prints nothing.
         self.quiet_when_idle = options.get("verbosity", 1) == 0
@@ -47,6 +64,8 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         if interval < 0:
             raise CommandError("--interval must not be negative")
+        if audit_every < 0:
+            raise CommandError("--audit-every must not be negative")
         stop = stop_event if stop_event is not None else threading.Event()
         previous_handlers = {}
         # The handlers go in before anything is printed: a supervisor that sends SIGTERM as soon as the worker
@@ -62,6 +81,7 @@ class Command(BaseCommand):
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous_handlers[sig] = signal.signal(sig, request_stop)
         metrics_server = None
+        probe = Probe(interval=interval, audit_every=audit_every) if loop else None
         try:
             if metrics_port:
                 from skincare.monitoring import start_metrics_server  # METRICS_TOKEN, like the web's /metrics
@@ -87,6 +107,8 @@ class Command(BaseCommand):
                         # again and the next run finishes it.
                         raise CommandError(f"expire_reservations: {error.message} ({error.code})") from exc
                     self.stderr.write(f"expire_reservations: {error.message} ({error.code}); next sweep in {interval}s")
+                if probe is not None:  # the alerts' view of the database (orders/sweeper_probes.py)
+                    probe.run()
                 if not loop or stop.wait(interval):
                     break
                 close_old_connections()

@@ -1,0 +1,41 @@
+"""The payments figures of ``manage.py sale_report`` (plugged into orders.sale_report from PaymentsConfig.ready):
+late payments (money that arrived for an order no longer payable: expired or cancelled) and the refunds to make."""
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+from django.db import connection
+
+from orders.models import OrderStatus
+from payments.models import PaymentStatus
+
+REFUND_REQUIRED, AMOUNT_MISMATCH = PaymentStatus.REFUND_REQUIRED.value, PaymentStatus.AMOUNT_MISMATCH.value
+CURRENCY_MISMATCH = PaymentStatus.CURRENCY_MISMATCH.value
+PAID = OrderStatus.PAID.value
+
+# Attempts that recorded money needing ops, for the orders created since the opening with a line of the product.
+# A refund_required attempt of a cancelled order is a late payment; one of a paid order is a second charge.
+PAYMENTS_SQL = f"""
+    SELECT a.status, o.status = '{PAID}' AS order_paid, count(*), COALESCE(SUM(COALESCE(a.received_amount, a.amount)), 0)
+      FROM payment_attempts a
+      JOIN orders o ON o.id = a.order_id
+      JOIN order_lines l ON l.order_id = o.id AND l.product_id = %(product)s
+     WHERE o.created_at >= %(since)s AND a.status IN ('{REFUND_REQUIRED}', '{AMOUNT_MISMATCH}', '{CURRENCY_MISMATCH}')
+     GROUP BY 1, 2
+"""
+
+
+def payments_for_report(product_id: int, since: dt.datetime) -> dict[str, Any]:
+    found = {"late_payments": 0, "refunds_to_make": 0, "refund_amount": Decimal("0.00"), "mismatches": 0}
+    with connection.cursor() as cursor:
+        cursor.execute(PAYMENTS_SQL, {"product": product_id, "since": since})
+        for status, order_paid, count, amount in cursor.fetchall():
+            if status == REFUND_REQUIRED:
+                found["refunds_to_make"] += count
+                found["refund_amount"] += amount
+                if not order_paid:
+                    found["late_payments"] += count
+            else:
+                found["mismatches"] += count  # a wrong amount or currency: ops decide
+    return found
