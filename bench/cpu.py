@@ -486,7 +486,8 @@ def layer_of(filename: str) -> str:
 
 def layer_profile(scenarios: Iterable[str], *, requests: int = 300, warmup: int = 50) -> dict[str, dict[str, float]]:
     """cProfile (timer: ``time.process_time``) over ``requests`` calls of each scenario after ``warmup``; returns
-    ``{scenario: {layer: ms per request}}`` from each function's own time, plus ``total``. Profiling slows every
+    ``{scenario: {layer: ms per request}}`` from each function's own time (a builtin's or another stdlib function's
+    charged to the layers of its direct callers, by their share of its time), plus ``total``. Profiling slows every
     call by a similar factor, so read the shares; the absolute figures are bench.cpu's table."""
     import cProfile
     import pstats
@@ -510,9 +511,17 @@ def layer_profile(scenarios: Iterable[str], *, requests: int = 300, warmup: int 
             cancel_pending(fixture)
         layers: dict[str, float] = {}
         stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-        for (filename, _line, _func), (_cc, _nc, tottime, _ct, _callers) in stats.items():
-            layer = layer_of(filename)
-            layers[layer] = layers.get(layer, 0.0) + tottime * 1000 / requests
+        for (filename, _line, _func), (_cc, _nc, tottime, _ct, callers) in stats.items():
+            shares = {layer_of(filename): 1.0}
+            if OTHER_LAYER in shares and callers:
+                # a builtin or stdlib function (socket recv, str methods, ...) is charged to whoever called it
+                total = sum(caller[3] for caller in callers.values()) or 1.0
+                shares = {}
+                for (caller_file, _l, _f), caller in callers.items():
+                    layer = layer_of(caller_file)
+                    shares[layer] = shares.get(layer, 0.0) + (caller[3] / total if total else 0.0)
+            for layer, share in shares.items():
+                layers[layer] = layers.get(layer, 0.0) + share * tottime * 1000 / requests
         layers["total"] = sum(layers.values())
         out[name] = layers
     return out

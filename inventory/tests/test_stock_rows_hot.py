@@ -59,3 +59,45 @@ def test_stock_row_pages_keep_room_for_new_versions() -> None:
     fillfactor = importlib.import_module("inventory.migrations.0007_stock_buckets_fillfactor").FILLFACTOR
     assert fillfactor < 100
     assert f"fillfactor={fillfactor}" in (options or [])
+
+
+# The tables a checkout writes a row of (or updates, stock_buckets): every index on them is written per checkout.
+CHECKOUT_TABLES = [
+    "orders",
+    "order_lines",
+    "inventory_reservations",
+    "stock_movements",
+    "payment_attempts",
+    "stock_buckets",
+]
+
+# Pairs (a, b) of plain indexes of one table where a's columns are the leading columns of b's (or the same): a is
+# one more write per checkout that no lookup needs, since b serves a's lookups and a foreign key's checks.
+REDUNDANT_SQL = """
+SELECT t.relname, a.indexrelid::regclass::text, b.indexrelid::regclass::text
+  FROM pg_index a
+  JOIN pg_index b ON b.indrelid = a.indrelid AND b.indexrelid <> a.indexrelid
+  JOIN pg_class t ON t.oid = a.indrelid
+ WHERE t.relname = ANY(%s)
+   AND NOT a.indisunique
+   AND a.indpred IS NULL AND b.indpred IS NULL AND a.indexprs IS NULL AND b.indexprs IS NULL
+   AND (b.indkey::text = a.indkey::text OR b.indkey::text LIKE a.indkey::text || ' %%')
+"""
+
+
+def _redundant() -> list[tuple[str, str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(REDUNDANT_SQL, [CHECKOUT_TABLES])
+        return sorted(cursor.fetchall())
+
+
+@pytest.mark.django_db
+def test_no_index_a_checkout_writes_is_covered_by_another() -> None:
+    assert _redundant() == []
+
+
+@pytest.mark.django_db
+def test_the_control_a_foreign_key_index_beside_a_composite_one_is_found() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE INDEX order_lines_order_only_idx ON order_lines (order_id)")
+    assert ("order_lines", "order_lines_order_only_idx", "order_lines_order_product_uniq") in _redundant()
