@@ -211,7 +211,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {row['fillfactor']} | {row['subject']} | {_fmt(row['checkouts_per_s'], '.0f')} | "
             f"{_fmt(row['wal_bytes_per_checkout'], ',.0f')} | {_fmt(row['wal_records_per_checkout'], '.1f')} | "
-            f"{_fmt(row['wal_fpi_per_checkout'], '.3f')} | {_fmt(hot, '.1f')} % | "
+            f"{_fmt(row['wal_fpi_per_checkout'], '.3f')} | {_fmt(hot, '.1f')}{'' if hot is None else ' %'} | "
             f"{_fmt(row['pg_cpu_ms_per_checkout'], '.2f')} | {_fmt(row['wal_vs_seed'], '.2f')} |"
         )
     return "\n".join(lines)
@@ -228,7 +228,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--dbname", default="skincare_bench", help="benchmark database (dropped and re-created)")
     parser.add_argument("--reuse-db", action="store_true", help="use the seeded benchmark database as it is")
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/ (results in bench-results/)")
-    parser.add_argument("--workers", type=int, help="accepted for bench.run's common arguments; unused")
     args = parser.parse_args(argv)
     args.fillfactors = (
         [int(f) for f in args.fillfactors.split(",")] if args.fillfactors else [100, migration_fillfactor()]
