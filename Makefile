@@ -11,6 +11,10 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | 
 PORT ?= 8000
 STATIC_STAMP := staticfiles/.collected
 
+# Every target here is development tooling, so it asks for development explicitly: unset is production
+# (skincare/modes.py). `make run`'s .env says so too, for the commands typed beside it.
+export DJANGO_ENV := development
+
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 

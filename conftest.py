@@ -37,14 +37,14 @@ def inventory_strategy():
 
 @pytest.fixture
 def make_product(db, inventory_strategy):
-    from inventory import services
+    from inventory import catalogue, services
 
     def make(*, stock=10, price="10.00", is_active=True, name=None, strategy=None, max_per_customer=None, buckets=1):
         n = next(_skus)
         strategy = strategy or inventory_strategy
         if strategy == BUCKETED:  # the race suite's extra case: guarded_update over 8 stock buckets
             strategy, buckets = "guarded_update", 8
-        product = services.product_create(
+        product = catalogue.product_create(
             sku=f"TEST-{os.getpid()}-{n}",
             name=name or f"Test product {n}",
             price=Decimal(price),

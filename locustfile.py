@@ -137,6 +137,7 @@ class CustomerUser(FastHttpUser):
             "type": "payment.succeeded",
             "order_id": order_id,
             "amount": total,
+            "currency": "IDR",  # the shop's (SHOP_CURRENCY's default)
             "provider_reference": f"ch_{uuid.uuid4().hex[:16]}",
         }
         body = json.dumps(event).encode()

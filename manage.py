@@ -5,8 +5,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
-# Commands that run even when production refuses the demo: the way out, and the report itself.
-RUN_WHEN_REFUSED = {"remove_demo_data", "check", "help", "version", "--help", "-h", "--version"}
 
 
 def use_the_venv() -> None:
@@ -21,22 +19,6 @@ def use_the_venv() -> None:
         sys.exit(f"manage.py: Django is not installed for {sys.executable}; run `make run` (creates .venv) first.")
 
 
-def refuse_the_demo_in_production(argv: list[str]) -> None:
-    """DJANGO_ENV=production: every command (also those that skip Django's system checks) first runs the checks
-    tagged "production" and stops with their message when a published demo value, the sandbox or a demo account
-    is present."""
-    if os.environ.get("DJANGO_ENV") != "production" or (argv[1] if len(argv) > 1 else "help") in RUN_WHEN_REFUSED:
-        return
-    import django
-
-    django.setup()
-    from skincare.checks import production_refusals
-
-    refusals = production_refusals()
-    if refusals:
-        sys.exit("manage.py: production refuses the demo:\n" + "\n".join(refusals))
-
-
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
     use_the_venv()
@@ -44,7 +26,8 @@ def main() -> None:
     from django.core.management import execute_from_command_line
 
     try:
-        refuse_the_demo_in_production(sys.argv)
+        # With DJANGO_ENV=production every command first refuses a published or weak secret, the sandbox, the demo
+        # accounts (skincare.checks.refuse_in_production, run by the skincare app for django-admin too).
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as exc:  # a configuration error is a message, not a traceback
         sys.exit(f"manage.py: {exc}")

@@ -15,12 +15,12 @@
 
 The pgbench scripts run the service's own statements: the quote read and ORDER_SQL (``payments.checkout``, through
 ``bench.strategies.quote_read`` / ``order_insert``), and the bucket claims exactly as
-``inventory.services.stock_reserve`` sends them, recorded from the service itself at the start of the run
+``inventory.reserve.stock_reserve`` sends them, recorded from the service itself at the start of the run
 (``bench.service_trace``: a request no single bucket covers, in a transaction rolled back, so every claim attempt
 misses and shows itself; its statements and parameters, in order):
 
 * K = 1: the quote read, ORDER_SQL, the guarded UPDATE of bucket 0 (bench.strategies' ``guarded_update`` script);
-* K > 1: the quote read, ORDER_SQL (its reserve ledger row left to the claim), SAVEPOINT, the first recorded claim
+* K > 1: the quote read, ORDER_SQL, SAVEPOINT, the first recorded claim
   (a free bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT, the next recorded claim (a
   waiting pass), for each recorded one; still none: the service's full pass (lock every bucket, move units, Python
   decides) is NOT scripted: the script rolls back and counts a *fallback needed* (``bench_bucket_fallback``). With
@@ -105,7 +105,7 @@ def claim_script(claim: Claim, buckets: int) -> str:
     sql, params = claim
     values = {}
     for name, value in params.items():
-        if name == "buckets":
+        if name == "bucket_count":
             values[name] = str(buckets)
         elif name in CLAIM_VARIABLES:
             values[name] = CLAIM_VARIABLES[name]
@@ -141,7 +141,7 @@ def hot_script(buckets: int, customer_id: int, claims: Sequence[Claim]) -> str:
         "BEGIN;",
         strategies.quote_read(["p1"]),
         "\\if :avail >= 1",
-        strategies.order_insert(["p1"], buckets=buckets, gset="o_"),
+        strategies.order_insert(["p1"]),
         "SAVEPOINT claim1;",  # each claim attempt runs after a savepoint, rolled back on a miss
         claim_script(claims[0], buckets),
         *_claims_after_a_miss(claims[1:], buckets),

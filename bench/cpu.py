@@ -32,7 +32,7 @@ Method:
 
 Data: the benchmark uses its own rows in the dev database, created once and reused: customer
 ``cpu-bench-customer`` (with a DRF token), products ``cpu-bench-stock`` (10,000,000 units) and
-``cpu-bench-sold-out`` (0 units), all through the services (``inventory.services.product_create``). Demo data
+``cpu-bench-sold-out`` (0 units), all through the services (``inventory.catalogue.product_create``). Demo data
 is not touched. The cancelled bench orders stay in the database (as cancelled orders with their ledger rows).
 
 Environment it runs with: ``DJANGO_SETTINGS_MODULE=skincare.settings``; ``DB_CONN_MAX_AGE=600`` unless set
@@ -178,6 +178,7 @@ def setup_django() -> None:
 
     os.environ.setdefault("DJANGO_SECRET_KEY", demo.BENCH_SECRET_KEY)
     os.environ.setdefault("PAYMENT_WEBHOOK_SECRET", demo.BENCH_WEBHOOK_SECRET)
+    os.environ["DJANGO_ENV"] = "development"  # the bench values, which production refuses
     os.environ.setdefault("DJANGO_READ_DOT_ENV_FILE", "false")  # measured as configured here, not by .env
     os.environ.setdefault("MAX_PENDING_ORDERS_PER_CUSTOMER", "0")  # bench only: one customer checks out many times
     if not os.environ.get("DATABASE_URL"):
@@ -202,12 +203,12 @@ class Fixture:
 
 
 def _product(sku: str, name: str, stock: int) -> int:
-    from inventory import services
+    from inventory import catalogue
     from inventory.models import Product
 
     product = Product.objects.filter(sku=sku).first()
     if product is None:
-        product = services.product_create(sku=sku, name=name, price=Decimal("100000.00"), initial_stock=stock)
+        product = catalogue.product_create(sku=sku, name=name, price=Decimal("100000.00"), initial_stock=stock)
         log(f"created product {product.pk} ({sku}, stock {stock})")
     return product.pk
 

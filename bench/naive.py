@@ -8,24 +8,28 @@ that config.
 
 from django.db import transaction
 
-from inventory import services
+from inventory import reserve
+from inventory.buckets import LedgerRow, ledger_append
 from inventory.exceptions import StockConflict
-from inventory.models import Inventory, StockBucket
+from inventory.models import Inventory, StockBucket, StockMovement
 
 
 @transaction.atomic(savepoint=False)
-def naive_stock_reserve(*, quantities, order_id, quotes=None):
-    for product_id in sorted(quantities):
-        qty = quantities[product_id]
-        available, reserved = Inventory.objects.filter(product_id=product_id).values_list(
+def naive_stock_reserve(*, order_id, lines):
+    for line in sorted(lines):
+        available, reserved = Inventory.objects.filter(product_id=line.product_id).values_list(
             "available_stock", "reserved_stock"
         )[0]  # plain read: no FOR UPDATE, no guard
-        if available < qty:
-            raise StockConflict(product_ids=[product_id])
-        StockBucket.objects.filter(product_id=product_id, bucket=0).update(
-            available_stock=available - qty, reserved_stock=reserved + qty
-        )  # absolute write of what was read (the reserve ledger rows were written with the order, as always)
+        if available < line.qty:
+            raise StockConflict(product_ids=[line.product_id])
+        # the reserve ledger row in bucket 0, the bucket the checkout's reservation names
+        ledger_append(
+            rows=[LedgerRow(line.product_id, -line.qty, line.qty, order_id, 0)], reason=StockMovement.Reason.RESERVE
+        )
+        StockBucket.objects.filter(product_id=line.product_id, bucket=0).update(
+            available_stock=available - line.qty, reserved_stock=reserved + line.qty
+        )  # absolute write of what was read
 
 
 def install():
-    services.stock_reserve = naive_stock_reserve
+    reserve.stock_reserve = naive_stock_reserve

@@ -19,4 +19,4 @@ def post_worker_init(worker):
     from bench import naive
 
     naive.install()
-    worker.log.warning("bench.naive: inventory.services.stock_reserve replaced by a read-check-write (TEST ONLY)")
+    worker.log.warning("bench.naive: inventory.reserve.stock_reserve replaced by a read-check-write (TEST ONLY)")

@@ -1,6 +1,6 @@
 """What the service sends to claim a bucket, recorded from the service itself (``bench.buckets`` scripts it).
 
-``reserve_claims()`` runs ``inventory.services.stock_reserve`` on a throwaway bucketed product inside a transaction
+``reserve_claims()`` runs ``inventory.reserve.stock_reserve`` on a throwaway bucketed product inside a transaction
 that is rolled back, with a request larger than any one bucket, so that every claim attempt misses and the full
 pass runs. Every statement the service sends is recorded (``connection.execute_wrapper``); the claim attempts are
 the statements between a ``SAVEPOINT`` and its ``ROLLBACK TO SAVEPOINT`` before the full pass, in the order and
@@ -29,7 +29,7 @@ def record_reserve() -> list[tuple[str, dict[str, Any] | None]]:
 
     from django.db import connection, transaction
 
-    from inventory import services
+    from inventory import catalogue, reserve, services
 
     sent: list[tuple[str, dict[str, Any] | None]] = []
 
@@ -39,14 +39,14 @@ def record_reserve() -> list[tuple[str, dict[str, Any] | None]]:
 
     try:
         with transaction.atomic():
-            product = services.product_create(
+            product = catalogue.product_create(
                 sku="bench-trace-claims", name="bench trace", price=Decimal("1.00"), initial_stock=BUCKETS
             )
             services.stock_buckets_set(product_id=product.pk, buckets=BUCKETS)
-            line = services.ReserveLine(product.pk, BUCKETS, buckets=BUCKETS, bucket_rows=BUCKETS)
+            line = reserve.ReserveLine(product.pk, BUCKETS, bucket_count=BUCKETS, stock_rows=BUCKETS)
             # the order does not exist: the ledger's foreign key is checked at COMMIT, which never comes
             with connection.execute_wrapper(record):
-                services.stock_reserve(order_id=0, lines=[line])
+                reserve.stock_reserve(order_id=0, lines=[line])
             raise _Rollback
     except _Rollback:
         pass

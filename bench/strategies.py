@@ -15,14 +15,14 @@ does not exist, or with --no-docs).
 skips it).
 
 The pgbench scripts are built from the service's own statement texts (``payments.checkout.QUOTES_SQL`` and
-``ORDER_SQL``, ``inventory.services.RESERVE_SQL``; see ``pgbench_sql``), in the order ``stock_reserve`` sends them
+``ORDER_SQL``, ``inventory.reserve.RESERVE_SQL``; see ``pgbench_sql``), in the order ``stock_reserve`` sends them
 for each strategy, with the values the benchmark's settings give: no pending-order cap (devtools.processes sets
 MAX_PENDING_ORDERS_PER_CUSTOMER=0, so no pending count), no ``max_per_customer`` on the benchmark products, no
 checkout rate limit, no Idempotency-Key; the customer's checkout lock is taken on a key drawn per transaction (one
 bench customer places every order); the token lookup is left out, as in bench.drivers' limits:
 
-* every strategy's last step is the guarded UPDATE, written as ``WITH u AS (UPDATE … RETURNING 1) SELECT count(*)``
-  so that the script knows whether it changed the row (the service's ``rowcount``); 0 rows rolls back (409);
+* every strategy's last step is the reserve statement on bucket 0 (``RESERVE_SQL``: the guarded UPDATE with its
+  reserve ledger row), whose answer (the bucket taken, or no row) ``\\aset`` keeps; no row rolls back (409);
 * ``row_lock``: ``SELECT … FOR NO KEY UPDATE`` of the row first; ``advisory``: ``pg_advisory_xact_lock(key)`` with
   the service's key (``skincare.locks.advisory_key``); ``optimistic``: ``AND version = :seen`` (the version of the
   quote read), a lost check rolls back, sleeps the service's jittered backoff and runs the transaction again from
@@ -87,7 +87,7 @@ CREATE OR REPLACE FUNCTION bench_lock_rows_nowait(ids bigint[]) RETURNS integer 
 DECLARE
     short integer;
 BEGIN
-    -- inventory.services._lock_rows(nowait=True): the rows in ascending id, NOWAIT; returns how many are short
+    -- inventory.reserve._lock_rows(nowait=True): the rows in ascending id, NOWAIT; returns how many are short
     SELECT count(*) FILTER (WHERE locked.available_stock < 1) INTO short
     FROM (SELECT available_stock FROM stock_buckets WHERE product_id = ANY(ids) AND bucket = 0
           ORDER BY product_id FOR NO KEY UPDATE NOWAIT) AS locked;
@@ -117,7 +117,7 @@ def service_sql() -> dict[str, Any]:
     """The service's own statement texts and constants (importing them needs Django's apps loaded)."""
     os.environ.setdefault("DJANGO_DEV_INSECURE_SECRET_KEY", "true")  # reading constants: no secret is used
     setup_django_quietly()
-    from inventory.services import RESERVE_AT_VERSION_SQL, RESERVE_SQL
+    from inventory.reserve import RESERVE_AT_VERSION_SQL, RESERVE_SQL
     from payments.checkout import ORDER_SQL, ORDER_SQL_CONSTANTS, QUOTES_SQL
     from skincare.locks import advisory_key
 
@@ -143,10 +143,10 @@ def _array(items: list[str]) -> str:
 
 
 def quote_read(pids: list[str]) -> str:
-    """payments.checkout.QUOTES_SQL, folded into one row for \\gset. Every order is placed by one bench customer;
-    its checkout-lock key is drawn per transaction (``:lockkey``), as for distinct customers."""
+    """payments.checkout.QUOTES_SQL, folded into one row for \\gset (its columns by name). Every order is placed by
+    one bench customer; its checkout-lock key is drawn per transaction (``:lockkey``), as for distinct customers."""
     cols = ", ".join(
-        f"max(q.price) FILTER (WHERE q.id = :{p}) AS price{i}, max(q.version) FILTER (WHERE q.id = :{p}) AS seen{i}"
+        f"max(q.price) FILTER (WHERE q.id = :{p}) AS price{i}, max(q.version_sum) FILTER (WHERE q.id = :{p}) AS seen{i}"
         for i, p in enumerate(pids, 1)
     )
     quotes = pgbench_sql(
@@ -154,47 +154,47 @@ def quote_read(pids: list[str]) -> str:
         customer_lock=":lockkey",
         product_ids=_array([f":{p}" for p in pids]) + "::bigint[]",
     )
-    return f"""SELECT min(q.available) AS avail, sum(q.price) AS total, {cols}
-FROM ({quotes}) AS q(id, price, available, strategy, version, max_per_customer, sale, sale_starts_at,
-    seconds_to_start, buckets, bucket_rows, customer_locked) \\gset"""
+    return f"SELECT min(q.available) AS avail, sum(q.price) AS total, {cols}\nFROM ({quotes}) AS q \\gset"
 
 
-def order_insert(pids: list[str], *, buckets: int = 1, gset: str = "") -> str:
-    """payments.checkout.ORDER_SQL: the order, its lines, reservations, reserve ledger rows and payment attempt.
-    ``buckets``: the products' stock_buckets (K; with K > 1 the claim writes the reserve ledger row). ``gset``: a
-    ``\\gset`` prefix to keep the statement's answer (the order id as ``<prefix>id``); else it ends with ``;``."""
+def order_insert(pids: list[str]) -> str:
+    """payments.checkout.ORDER_SQL: the order, its lines, reservations and payment attempt; ``\\gset o_`` keeps the
+    order id as ``:o_id`` (the reserve statements name it in their ledger rows)."""
     constants = {name: f"'{value}'" for name, value in service_sql()["ORDER_SQL_CONSTANTS"].items()}
-    return pgbench_sql(
-        service_sql()["ORDER_SQL"],
-        **constants,
-        customer_id=":cust",
-        ttl_seconds=str(TTL_SECONDS),
-        total=":total",
-        product_ids=_array([f":{p}" for p in pids]),
-        qtys=_array(["1" for _ in pids]),
-        prices=_array([f":price{i}" for i in range(1, len(pids) + 1)]),
-        buckets=_array([str(buckets) for _ in pids]),
-        limited_ids="ARRAY[]::bigint[]",
-        max_pending="0",
-    ) + (f" \\gset {gset}" if gset else ";")
+    return (
+        pgbench_sql(
+            service_sql()["ORDER_SQL"],
+            **constants,
+            customer_id=":cust",
+            ttl_seconds=str(TTL_SECONDS),
+            total=":total",
+            product_ids=_array([f":{p}" for p in pids]),
+            qtys=_array(["1" for _ in pids]),
+            prices=_array([f":price{i}" for i in range(1, len(pids) + 1)]),
+            limited_ids="ARRAY[]::bigint[]",
+            max_pending="0",
+        )
+        + " \\gset o_"
+    )
 
 
 def _reserve_sql(pid: str, *, seen: str | None = None) -> str:
-    """inventory.services.RESERVE_SQL (RESERVE_AT_VERSION_SQL with ``seen``) for one unit of ``:pid``."""
+    """inventory.reserve.RESERVE_SQL on bucket 0 (RESERVE_AT_VERSION_SQL with ``seen``) for one unit of ``:pid`` in
+    the order ``:o_id``; it answers the bucket taken, or no row."""
+    params = {"qty": "1", "product_id": f":{pid}", "bucket": "0", "order_id": ":o_id"}
     if seen:
-        return pgbench_sql(service_sql()["RESERVE_AT_VERSION_SQL"], qty="1", product_id=f":{pid}", version=f":{seen}")
-    return pgbench_sql(service_sql()["RESERVE_SQL"], qty="1", product_id=f":{pid}")
+        return pgbench_sql(service_sql()["RESERVE_AT_VERSION_SQL"], **params, version=f":{seen}")
+    return pgbench_sql(service_sql()["RESERVE_SQL"], **params)
 
 
-def _guarded_update(pid: str, *, seen: str | None = None, lost_sequence: str | None = None) -> str:
-    """The guarded UPDATE every strategy ends with; \\gset ``won`` (rows changed). With ``lost_sequence``, a
-    lost update also counts itself there (``nextval`` only when no row changed: CASE evaluates lazily)."""
-    lost = f", CASE WHEN count(*) = 0 THEN nextval('{lost_sequence}') ELSE 0 END AS lost" if lost_sequence else ""
-    return f"WITH u AS ({_reserve_sql(pid, seen=seen)} RETURNING 1) SELECT count(*) AS won{lost} FROM u \\gset"
+def _guarded_update(pid: str, *, seen: str | None = None) -> list[str]:
+    """The reserve statement every strategy ends with; ``:bucket`` is the bucket taken, -1 when it took none
+    (``\\aset`` sets it only when a row comes back)."""
+    return ["\\set bucket -1", f"{_reserve_sql(pid, seen=seen)} \\aset"]
 
 
 def _lock_rows(pids: list[str], *, nowait: bool) -> str:
-    """inventory.services._lock_rows: every row of the cart FOR NO KEY UPDATE in ascending id; \\gset ``short``
+    """inventory.reserve._lock_rows: every row of the cart FOR NO KEY UPDATE in ascending id; \\gset ``short``
     (rows short of stock; -1 when NOWAIT found a row busy)."""
     ids = ", ".join(f":{p}" for p in pids)
     if nowait:
@@ -221,7 +221,7 @@ def _reserve(strategy: str, pids: list[str], attempt: int = 1) -> list[str]:
                 "ROLLBACK;", "\\endif"]  # fmt: skip
     (pid,) = pids
     if strategy != "optimistic":
-        return [*head, _guarded_update(pid), "\\if :won = 1", "COMMIT;", "\\else", "ROLLBACK;", "\\endif"]
+        return [*head, *_guarded_update(pid), "\\if :bucket >= 0", "COMMIT;", "\\else", "ROLLBACK;", "\\endif"]
     # optimistic: a lost version check reruns the whole transaction (skincare.db.retry_transient), jittered
     last = attempt == OPTIMISTIC_ATTEMPTS
     lost = "bench_sql_gave_up" if last else "bench_sql_version_lost"
@@ -234,8 +234,9 @@ def _reserve(strategy: str, pids: list[str], attempt: int = 1) -> list[str]:
             *_attempt(strategy, pids, attempt + 1),
         ]
     )
-    return [_guarded_update(pid, seen="seen1", lost_sequence=lost), "\\if :won = 1", "COMMIT;", "\\else", "ROLLBACK;",
-            *retry, "\\endif"]  # fmt: skip
+    # a lost check counts itself in ``lost`` (after the ROLLBACK: a sequence is not transactional)
+    return [*_guarded_update(pid, seen="seen1"), "\\if :bucket >= 0", "COMMIT;", "\\else", "ROLLBACK;",
+            f"SELECT nextval('{lost}');", *retry, "\\endif"]  # fmt: skip
 
 
 def _attempt(strategy: str, pids: list[str], attempt: int = 1) -> list[str]:

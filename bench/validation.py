@@ -58,6 +58,7 @@ def main() -> int:
         "type": "payment.succeeded",
         "order_id": 42,
         "amount": "12.50",
+        "currency": "IDR",
         "provider_reference": "ref-1",
     }
 

@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from carts.models import Cart, CartItem
+from skincare.admin_helpers import ReadOnlyAdminMixin
 
 
 class CartItemInline(admin.TabularInline):
@@ -11,16 +12,11 @@ class CartItemInline(admin.TabularInline):
 
 
 @admin.register(Cart)
-class CartAdmin(admin.ModelAdmin):
-    """Read-only: carts are changed by their customers through the API, and pruned by prune_retention."""
+class CartAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only, delete included (no bulk delete either): carts are changed by their customers through the API, and
+    pruned by prune_retention."""
 
     list_display = ["id", "customer", "status", "expires_at", "order", "updated_at"]
     list_filter = ["status"]
     readonly_fields = ["id", "customer", "status", "expires_at", "order", "created_at", "updated_at"]
     inlines = [CartItemInline]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

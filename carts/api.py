@@ -13,12 +13,9 @@ from carts import schemas, selectors, services
 from carts.exceptions import CartExpired, CartNotFound
 from carts.models import Cart
 from carts.selectors import CartView
-from orders.api import order_data
-from payments import checkout
-from payments.api import idempotency_key, request_fingerprint
-from skincare import metrics, validation
+from payments.api import CheckoutEndpoint, checkout_response, idempotency_key, request_fingerprint
+from skincare import validation
 from skincare.api import authenticated_customer
-from skincare.monitoring import InstrumentedAPIView
 
 
 def parse_cart_id(raw: str) -> uuid.UUID:
@@ -83,30 +80,20 @@ class CartDetailApi(APIView):
         return Response(cart_data(cart))
 
 
-class CartCheckoutApi(InstrumentedAPIView):
-    """``POST /v1/carts/<id>/checkout``: answered like ``POST /v1/checkout`` (payments/api.py), the cart's items
-    standing in for the body."""
-
-    outcome_counter = metrics.CHECKOUT_REQUESTS
-    allowed_outcomes = metrics.CHECKOUT_OUTCOMES
-    latency_histogram = metrics.CHECKOUT_LATENCY
-    success_outcome = "created"
+class CartCheckoutApi(CheckoutEndpoint):
+    """``POST /v1/carts/<id>/checkout``: answered like ``POST /v1/checkout`` (``payments.api.checkout_response``),
+    the cart's items standing in for the body."""
 
     @schemas.CART_CHECKOUT
     def post(self, request: Request, cart_id: str) -> Response:
         parsed = parse_cart_id(cart_id)
         key = idempotency_key(request)
-        customer = authenticated_customer(request)
-        checkout.checkout_rate_limit(customer=customer)
-        if key is None:
-            order = services.cart_checkout(customer=customer, cart_id=parsed)
-            return Response(order_data(request, order), status=201)
-        # No body: the key's fingerprint names the cart, so one key cannot replay another cart's answer.
-        answer = services.cart_checkout_idempotent(
-            customer=customer, cart_id=parsed, key=key, fingerprint=request_fingerprint({"cart_id": str(parsed)})
+        return checkout_response(
+            request,
+            key=key,
+            place=lambda customer: services.cart_checkout(customer=customer, cart_id=parsed),
+            # No body: the key's fingerprint names the cart, so one key cannot replay another cart's answer.
+            place_keyed=lambda customer, key: services.cart_checkout_idempotent(
+                customer=customer, cart_id=parsed, key=key, fingerprint=request_fingerprint({"cart_id": str(parsed)})
+            ),
         )
-        headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
-        if answer.refusal is not None:
-            return Response(answer.refusal.body, status=answer.refusal.http_status, headers=headers)
-        assert answer.order is not None  # a keyed checkout answers with an order or a refusal
-        return Response(order_data(request, answer.order), status=201, headers=headers)

@@ -43,3 +43,18 @@ class CartCheckedOut(_CartError):
 
     def data(self) -> dict[str, Any]:
         return {"cart_id": self.cart_id, "order_id": self.order_id}
+
+
+class TooManyOpenCarts(DomainError):
+    """The customer already has MAX_OPEN_CARTS_PER_CUSTOMER open, unexpired carts (each row lives a day)."""
+
+    code = "too_many_open_carts"
+    http_status = 409
+    default_message = "You have too many open carts; check one out or let one expire."
+
+    def __init__(self, *, max_open_carts: int) -> None:
+        super().__init__()
+        self.max_open_carts = max_open_carts
+
+    def data(self) -> dict[str, Any]:
+        return {"max_open_carts": self.max_open_carts}

@@ -64,6 +64,10 @@ CART_CREATE = extend_schema(
         201: OpenApiResponse(CartSerializer, description="Cart created."),
         400: ITEMS_400,
         401: UNAUTHORIZED,
+        409: error(
+            "The customer already has MAX_OPEN_CARTS_PER_CUSTOMER (default 10) open carts (`max_open_carts`).",
+            "too_many_open_carts",
+        ),
         413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
         415: error("The body is not `application/json`.", "unsupported_media_type"),
         422: ITEMS_422,

@@ -8,7 +8,7 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 from django.db import connection
 
-from inventory.selectors import SALE_STATE_SQL, UNIT_PRICE_SQL
+from inventory.selectors import SALE_STATE_SQL, STOCK_SUM_SQL, UNIT_PRICE_SQL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,18 +39,16 @@ class CartView:
 
 
 # One statement: the cart, its items, and each product's current unit price, stock and sale window, by the rules the
-# product API and the checkout use (inventory.selectors: products and their stock rows, UNIT_PRICE_SQL,
-# SALE_STATE_SQL). An unlocked read: a cart never locks stock.
+# product API and the checkout use (inventory.selectors: STOCK_SUM_SQL, UNIT_PRICE_SQL, SALE_STATE_SQL). An
+# unlocked read: a cart never locks stock.
 _CART_SQL = f"""
 SELECT c.status, c.expires_at, c.expires_at <= now(), c.order_id,
-       ci.product_id, ci.qty, CASE WHEN p.is_active THEN {UNIT_PRICE_SQL} END, COALESCE(i.available_stock, 0),
+       ci.product_id, ci.qty, CASE WHEN p.is_active THEN {UNIT_PRICE_SQL} END, COALESCE(stock.available_stock, 0),
        CASE WHEN p.is_active THEN {SALE_STATE_SQL} END
 FROM carts c
 LEFT JOIN cart_items ci ON ci.cart_id = c.id
 LEFT JOIN products p ON p.id = ci.product_id
-LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
-    SELECT sum(b.available_stock)::integer AS available_stock FROM stock_buckets b WHERE b.product_id = ci.product_id
-) i ON true
+{STOCK_SUM_SQL}
 WHERE c.id = %s AND c.customer_id = %s
 ORDER BY ci.product_id
 """

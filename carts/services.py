@@ -1,12 +1,15 @@
 """Carts: created, replaced and checked out by their customer; expired by the database clock; pruned.
 
-A cart holds no stock and takes no inventory lock: creating or replacing one validates its items exactly as a
-checkout does (shape in the view, then ``payments.checkout.merge_quantities`` and one unlocked product read) and
-writes only the cart's own rows. Stock is reserved when the cart is checked out, by the checkout itself.
+A cart holds no stock, and creating or replacing one locks no stock row: its items get the checkout's input checks
+(the body's shape in the view, then ``payments.checkout.merge_quantities`` and one unlocked read of the products for
+sale: 400, 422), and only the cart's own rows are written. Stock is reserved when the cart is checked out.
 
-Checking a cart out claims it with one conditional UPDATE (``… WHERE status = 'open' AND expires_at > now()``) as
-the first lock of the transaction that then runs the checkout (docs/locking.md): concurrent checkouts of one cart
-queue on its row, and once the winner commits every other one finds it ``checked_out`` (409 with its order id).
+A cart checkout is one transaction: the cart is claimed by one conditional UPDATE (``… WHERE status = 'open' AND
+expires_at > now()``), its first lock after the idempotency key, if any (the lock order is in ``skincare.locks``);
+then the checkout's two phases run on its items, ``payments.checkout.order_open`` and, once the cart is linked to
+its order, ``payments.checkout.order_stock_reserve``. Concurrent checkouts of one cart queue on its row, and once
+the winner commits every other one finds it ``checked_out`` (409 with its order id). Under an ``Idempotency-Key``
+the same steps run inside ``payments.checkout.run_keyed_checkout``, the keyed flow of ``/v1/checkout`` too.
 """
 
 import uuid
@@ -17,7 +20,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from carts.exceptions import CartCheckedOut, CartExpired, CartNotFound
+from carts.exceptions import CartCheckedOut, CartExpired, CartNotFound, TooManyOpenCarts
 from carts.models import Cart, CartItem
 from carts.selectors import CartLine, CartView
 from inventory import selectors as inventory_selectors
@@ -27,6 +30,7 @@ from payments import checkout
 from payments.checkout import KeyedCheckout
 from skincare.db import retry_transient
 from skincare.errors import DomainError
+from skincare.locks import advisory_key
 
 
 def _validated_lines(items: Iterable[tuple[int, int]]) -> list[CartLine]:
@@ -63,12 +67,33 @@ RETURNING expires_at
 """
 
 
+# Open carts per customer are capped (MAX_OPEN_CARTS_PER_CUSTOMER): counted after taking the customer's checkout
+# lock (step 3 of skincare.locks; a create takes no other lock, and inserts only new rows), so concurrent creates of
+# one customer queue and the cap is exact. The count is its own statement, whose snapshot follows the lock.
+_OPEN_CARTS_SQL = """
+SELECT count(*) FROM carts WHERE customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()
+"""
+
+
+def _refuse_too_many_open_carts(*, customer: User) -> None:
+    cap = settings.MAX_OPEN_CARTS_PER_CUSTOMER
+    if cap <= 0:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key("customer_checkout", customer.pk)])
+        cursor.execute(_OPEN_CARTS_SQL, {"customer_id": customer.pk, "open": Cart.Status.OPEN.value})
+        (open_carts,) = cursor.fetchone()
+    if open_carts >= cap:
+        raise TooManyOpenCarts(max_open_carts=cap)
+
+
 @retry_transient
 @transaction.atomic
 def cart_create(*, customer: User, items: Iterable[tuple[int, int]]) -> CartView:
     """A new open cart of ``customer`` expiring CART_TTL_SECONDS from now (database clock). Raises InvalidInput
     (too many units of a product) or InvalidProduct before anything is written."""
     lines = _validated_lines(items)
+    _refuse_too_many_open_carts(customer=customer)
     cart_id = uuid.uuid4()
     with connection.cursor() as cursor:
         cursor.execute(
@@ -101,8 +126,9 @@ def _refusal(*, customer: User, cart_id: uuid.UUID) -> DomainError:
     return CartExpired(cart_id=str(cart_id))
 
 
-# The claim of an open, unexpired cart: the first row lock of a replace or a checkout (docs/locking.md). A
-# concurrent claimer waits here for the row; READ COMMITTED then re-checks the WHERE on the committed version.
+# The claim of an open, unexpired cart: the first lock of a replace or a checkout, after a keyed checkout's
+# idempotency key (skincare.locks). A concurrent claimer waits here for the row; READ COMMITTED then re-checks the
+# WHERE on the committed version.
 _TOUCH_SQL = """
 UPDATE carts SET expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
 WHERE id = %(id)s AND customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()
@@ -162,54 +188,46 @@ def _link_order(*, cart_id: uuid.UUID, order: OrderView) -> None:
         cursor.execute("UPDATE carts SET order_id = %s WHERE id = %s", [order.order_id, cart_id])
 
 
+def _cart_order_open(*, customer: User, cart_id: uuid.UUID) -> checkout.OpenOrder:
+    """Everything a cart checkout does before the stock: claim the cart, open the order of its items
+    (``payments.checkout.order_open``), link the cart to that order."""
+    items = _claim(customer=customer, cart_id=cart_id)
+    opened = checkout.order_open(customer=customer, items=items)
+    _link_order(cart_id=cart_id, order=opened.order)
+    return opened
+
+
 @retry_transient
 @transaction.atomic
 def cart_checkout(*, customer: User, cart_id: uuid.UUID) -> OrderView:
     """Turn the customer's open cart into a ``pending_payment`` order, at most once.
 
     One transaction: the cart is claimed by a conditional UPDATE (``status = 'open' AND expires_at > now()``), which
-    takes its row lock (``skincare.locks``, step 2½); then the checkout's own statements run
-    (``payments.checkout.checkout_in_transaction``: order, attempt, stock), and the cart is linked to its order
-    before the stock is reserved, so nothing is added while the inventory row is locked. A refusal of the checkout
-    (409 stock_conflict, 422, …) rolls the claim back with everything else: the cart stays open. Raises
-    CartNotFound, CartExpired, CartCheckedOut and every refusal of ``payments.checkout.checkout``.
+    takes its row lock (``skincare.locks``); then the checkout's two phases run on its items
+    (``payments.checkout.order_open``, then ``order_stock_reserve``), with the cart linked to its order between them,
+    so nothing is added while a stock row is locked. A refusal of the checkout (409 stock_conflict, 422, …) rolls
+    the claim back with everything else: the cart stays open. Raises CartNotFound, CartExpired, CartCheckedOut and
+    every refusal of ``payments.checkout.checkout``.
     """
-    items = _claim(customer=customer, cart_id=cart_id)
-    return checkout.checkout_in_transaction(
-        customer=customer, items=items, before_reserve=lambda order: _link_order(cart_id=cart_id, order=order)
-    )
+    return checkout.order_stock_reserve(opened=_cart_order_open(customer=customer, cart_id=cart_id))
 
 
 @retry_transient
 @transaction.atomic
 def cart_checkout_idempotent(*, customer: User, cart_id: uuid.UUID, key: str, fingerprint: str) -> KeyedCheckout:
-    """:func:`cart_checkout` under an ``Idempotency-Key``, exactly as ``payments.checkout.checkout_idempotent``
-    keys a checkout (``fingerprint`` names the cart, so one key cannot replay another cart's answer).
+    """:func:`cart_checkout` under an ``Idempotency-Key``, by ``payments.checkout.run_keyed_checkout``, the flow
+    ``/v1/checkout`` uses (``fingerprint`` names the cart, so one key cannot replay another cart's answer).
 
-    The key is claimed first (step 1 of the lock order: a retry with the same key waits there and is answered from
-    it), then the cart (step 2½). A client error, the cart's own 404/409/410 included, rolls back to the savepoint
-    taken after the key claim (the cart stays as it was) and is stored as the key's answer.
+    The key is claimed first (a retry with the same key waits there and is answered from it), then the cart. A
+    client error, the cart's own 404/409/410 included, is stored as the key's answer and leaves the cart as it was;
+    a retryable one (with Retry-After, such as 409 sale_not_started) is not stored.
     """
-    key_id = checkout.claim_key(customer=customer, key=key, fingerprint=fingerprint)
-    if key_id is None:
-        return checkout.replay(customer=customer, key=key, fingerprint=fingerprint)
-    savepoint = transaction.savepoint()
-
-    def link_and_store(order: OrderView) -> None:
-        _link_order(cart_id=cart_id, order=order)
-        checkout.store_answer(key_id=key_id, status=201, body=order.to_json())
-
-    try:
-        items = _claim(customer=customer, cart_id=cart_id)
-        order = checkout.checkout_in_transaction(customer=customer, items=items, before_reserve=link_and_store)
-    except DomainError as exc:
-        if not checkout.replayable(exc):
-            raise
-        # As in checkout_idempotent: lift the rollback mark, roll back to the savepoint, store the refusal.
-        transaction.set_rollback(False)
-        transaction.savepoint_rollback(savepoint)
-        return KeyedCheckout(refusal=checkout.store_refusal(customer=customer, key_id=key_id, exc=exc))
-    return KeyedCheckout(order=order)
+    return checkout.run_keyed_checkout(
+        customer=customer,
+        key=key,
+        fingerprint=fingerprint,
+        open_order=lambda: _cart_order_open(customer=customer, cart_id=cart_id),
+    )
 
 
 _PRUNE_SQL = """

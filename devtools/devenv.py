@@ -9,7 +9,7 @@ import argparse
 import os
 from pathlib import Path
 
-from skincare import demo
+from skincare import demo, modes
 
 ROOT = Path(__file__).resolve().parent.parent
 DOT_ENV = ROOT / ".env"
@@ -19,6 +19,17 @@ HEADER = """\
 # published in the repository; DJANGO_ENV=production refuses them. Git and Docker ignore this file. Edit it for
 # your own development settings (an exported variable wins over it); delete it to get the demo values back.
 """
+
+
+def ensure_development(path: Path = DOT_ENV) -> bool:
+    """An existing ``.env`` from before the production switch (no ``DJANGO_ENV`` line) asks for development
+    explicitly from now on: unset is production (skincare/modes.py). True when the line was appended."""
+    if not path.exists() or modes.dot_env_value(path) is not None:
+        return False
+    with path.open("a") as file:
+        file.write("# Development is asked for explicitly (unset is production); added by devtools/devenv.py\n")
+        file.write("DJANGO_ENV=development\n")
+    return True
 
 
 def ensure(path: Path = DOT_ENV) -> bool:
@@ -54,6 +65,8 @@ def main() -> None:
     args = parser.parse_args()
     if ensure():
         print(f"wrote {DOT_ENV.name} with the labelled demo settings (skincare/demo.py); edit it for your own")
+    elif ensure_development():
+        print(f"added DJANGO_ENV=development to {DOT_ENV.name} (unset is production)")
     if args.banner:
         print(banner(host=args.host, port=args.port, sweep_interval=args.sweep_interval), flush=True)
 

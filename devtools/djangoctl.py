@@ -32,12 +32,12 @@ def tokens(count: int, prefix: str, out: str) -> None:
 
 
 def seed_product(product_id: int, stock: int, name: str | None = None) -> bool:
-    from inventory import services
+    from inventory import catalogue
     from inventory.models import Product
 
     if Product.objects.filter(pk=product_id).exists():
         return False
-    services.product_create(
+    catalogue.product_create(
         product_id=product_id,
         sku=f"BENCH-{product_id}",
         name=name or f"Bench product {product_id}",

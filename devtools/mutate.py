@@ -176,10 +176,10 @@ MUTATIONS = [
     Mutation(
         "no-guarded-reserve",
         "the stock reservation's guard (available_stock >= qty) dropped",
-        "inventory/services.py",
-        "RESERVE_SQL",
-        "AND available_stock >= %(qty)s",
-        "",
+        "inventory/reserve.py",
+        "_RESERVE_TEMPLATE",
+        "AND available_stock >= %(qty)s{guard}",
+        "{guard}",
         (
             "payments/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
         ),
@@ -196,7 +196,7 @@ MUTATIONS = [
     Mutation(
         "nowait-waits",
         "row_lock_nowait products wait for the row instead of answering lock_busy",
-        "inventory/services.py",
+        "inventory/reserve.py",
         "_lock_rows",
         "select_for_update(no_key=True, nowait=nowait)",
         "select_for_update(no_key=True, nowait=False)",
@@ -214,7 +214,7 @@ MUTATIONS = [
     Mutation(
         "optimistic-no-version",
         "the optimistic update forgets to compare the version it read",
-        "inventory/services.py",
+        "inventory/reserve.py",
         "_guarded_reserve",
         "optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None",
         "optimistic = False",
@@ -362,7 +362,7 @@ MUTATIONS = [
     Mutation(
         "bucket-claim-waits",
         "a bucketed product's claim waits for a held bucket (SKIP LOCKED dropped)",
-        "inventory/services.py",
+        "inventory/reserve.py",
         "CLAIM_BUCKET_SQL",
         "FOR NO KEY UPDATE SKIP LOCKED",
         "FOR NO KEY UPDATE",
@@ -371,16 +371,16 @@ MUTATIONS = [
     Mutation(
         "bucket-refused-without-fallback",
         "a bucketed product is refused when no single bucket can cover the request (no full pass)",
-        "inventory/services.py",
+        "inventory/reserve.py",
         "_reserve_bucketed",
-        "_reserve_from_all(line, order_id=order_id, ledger_written=False)",
+        "_reserve_from_all(line, order_id=order_id)",
         "raise StockConflict(product_ids=[line.product_id])",
         ("inventory/tests/test_buckets.py::test_a_request_larger_than_any_bucket_moves_units_and_sells",),
     ),
     Mutation(
         "full-pass-unlocked",
         "the full pass reads a product's stock rows without locking them",
-        "inventory/services.py",
+        "inventory/buckets.py",
         "LOCK_ALL_BUCKETS_SQL",
         "ORDER BY bucket FOR NO KEY UPDATE",
         "ORDER BY bucket",
@@ -391,10 +391,10 @@ MUTATIONS = [
     Mutation(
         "bucket-released-to-bucket-0",
         "units of an ending reservation go back to bucket 0, not to the bucket that holds them",
-        "inventory/services.py",
+        "inventory/reserve.py",
         "_move_reserved",
-        "held_in.get((order_id, product_id), 0)",
-        "0",
+        "placed.append((line.product_id, line.bucket, line.order_id, line.qty))",
+        "placed.append((line.product_id, 0, line.order_id, line.qty))",
         (
             "orders/tests/test_sweeper.py::test_three_sweepers_over_thousands_of_due_orders_with_checkouts_running[bucketed]",
         ),

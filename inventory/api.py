@@ -20,8 +20,7 @@ def product_data(product: ProductView) -> dict[str, Any]:
         "price": str(product.price),
         "max_per_customer": product.max_per_customer,
         "available_stock": product.available_stock,
-        "inventory_strategy": product.inventory_strategy,
-        "stock_buckets": product.stock_buckets,
+        # What a shopper needs only: the inventory strategy and the bucket count are ops internals (the admin).
         # The sale window, and its state by the database clock (a client's clock is not trusted for it).
         "sale_price": None if product.sale_price is None else str(product.sale_price),
         "sale_starts_at": product.sale_starts_at,

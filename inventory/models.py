@@ -126,7 +126,7 @@ class Inventory(models.Model):
 class StockBucket(models.Model):
     """One stock row of a product: bucket 0 always exists; a product with ``stock_buckets`` = K sells from buckets
     0..K-1 (rows at K or above, left by lowering K, only hold reservations until they end and units that the next
-    full pass moves). Only ``inventory.services`` writes these fields."""
+    full pass moves). Written only by ``inventory.reserve``, ``inventory.services`` and ``inventory.catalogue``."""
 
     # no index of its own: the unique (product, bucket) leads with it (one index less per non-HOT update)
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="buckets", db_index=False)

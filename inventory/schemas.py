@@ -12,13 +12,6 @@ class ProductSerializer(serializers.Serializer):
     name = serializers.CharField()
     price = serializers.DecimalField(max_digits=12, decimal_places=2, coerce_to_string=True)
     available_stock = serializers.IntegerField(help_text="A snapshot; checkout decides under lock.")
-    inventory_strategy = serializers.ChoiceField(
-        choices=["guarded_update", "row_lock", "row_lock_nowait", "optimistic", "advisory", "serializable"],
-        help_text="How checkouts take this product's units (docs/strategies.md).",
-    )
-    stock_buckets = serializers.IntegerField(
-        help_text="Stock rows the product's units are spread over (1 = one row; docs/strategies.md#stock-buckets)."
-    )
     max_per_customer = serializers.IntegerField(
         allow_null=True, help_text="Units one customer may hold (pending + paid); null = no limit."
     )

@@ -1,3 +1,10 @@
+"""Product reads for the API, carts and the checkout: one statement each, no lock.
+
+A product's stock is the sum over its stock rows (:data:`STOCK_SUM_SQL`), and its sale window and unit price are
+decided by the database clock (:data:`SALE_STATE_SQL`, :data:`UNIT_PRICE_SQL`); the checkout's quote read
+(``payments.checkout.QUOTES_SQL``) and the cart read (``carts.selectors``) use the same fragments.
+"""
+
 from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple
@@ -17,6 +24,17 @@ SECONDS_TO_START_SQL = """CASE WHEN p.sale_starts_at > now() THEN extract(epoch 
 # The unit price a checkout charges: the sale price inside an open window, the regular price otherwise.
 UNIT_PRICE_SQL = f"""CASE WHEN p.sale_price IS NOT NULL AND ({SALE_STATE_SQL}) = '{SALE_OPEN}'
          THEN p.sale_price ELSE p.price END"""
+
+
+# A product's stock, summed over its stock rows (``stock_buckets``), joined to ``products p`` as ``stock``: its
+# ``available_stock``, ``version_sum`` (the sum of the rows' versions) and ``stock_rows``. The one way a read sums
+# stock (the product API, a cart, a checkout's quotes). A LATERAL join reads the product's own rows only (a join with
+# the ``inventories`` view would sum every product's first). No stock row: NULLs (callers COALESCE).
+STOCK_SUM_SQL = """LEFT JOIN LATERAL (
+    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version_sum,
+           count(*)::integer AS stock_rows
+      FROM stock_buckets b WHERE b.product_id = p.id
+) stock ON true"""
 
 
 class ProductView(NamedTuple):
@@ -44,14 +62,10 @@ class ProductView(NamedTuple):
 
 # Fixed statements: a product read is one round trip and no ORM compilation (docs/benchmarks.md).
 _PRODUCTS_SQL = f"""
-SELECT p.id, p.sku, p.name, p.price, p.max_per_customer, COALESCE(i.available_stock, 0), p.inventory_strategy,
+SELECT p.id, p.sku, p.name, p.price, p.max_per_customer, COALESCE(stock.available_stock, 0), p.inventory_strategy,
        p.stock_buckets, p.sale_price, p.sale_starts_at, p.sale_ends_at, {SALE_STATE_SQL}, {SECONDS_TO_START_SQL}
 FROM products p
-LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
-    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version,
-           count(*)::integer AS bucket_rows
-      FROM stock_buckets b WHERE b.product_id = p.id
-) i ON true
+{STOCK_SUM_SQL}
 WHERE p.is_active
 """
 

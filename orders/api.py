@@ -24,6 +24,7 @@ def order_data(request: HttpRequest, order: OrderView) -> dict[str, Any]:
             order.payment_expires_at.isoformat().replace("+00:00", "Z") if order.payment_expires_at else None
         ),
         "total": str(order.total),
+        "currency": order.currency,
         "items": [
             {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)} for line in order.lines
         ],

@@ -53,14 +53,19 @@ CHECKS: dict[str, str] = {
         SELECT b.product_id, format('bucket %%s: reserved_stock=%%s but active reservations held there hold %%s',
                                     b.bucket, b.reserved_stock, COALESCE(r.qty, 0))
         FROM stock_buckets b
-        LEFT JOIN (SELECT r.product_id, m.bucket, SUM(r.qty) AS qty
-                   FROM inventory_reservations r
-                   JOIN stock_movements m ON m.order_id = r.order_id AND m.product_id = r.product_id
-                                         AND m.reason = '{RESERVE}'
-                   WHERE r.status = '{ACTIVE}'
-                   GROUP BY r.product_id, m.bucket) r
+        LEFT JOIN (SELECT product_id, bucket, SUM(qty) AS qty FROM inventory_reservations
+                   WHERE status = '{ACTIVE}' GROUP BY product_id, bucket) r
                ON r.product_id = b.product_id AND r.bucket = b.bucket
         WHERE b.reserved_stock <> COALESCE(r.qty, 0)
+    """,
+    "reservation_bucket_vs_ledger": """
+        SELECT r.id, format('reservation names bucket %%s but its reserve ledger rows name: %%s', r.bucket,
+                            COALESCE(string_agg(m.bucket::text, ', ' ORDER BY m.id), 'none'))
+        FROM inventory_reservations r
+        LEFT JOIN stock_movements m ON m.order_id = r.order_id AND m.product_id = r.product_id
+                                   AND m.reason = '{RESERVE}'
+        GROUP BY r.id, r.bucket
+        HAVING count(m.id) <> 1 OR bool_or(m.bucket <> r.bucket)
     """,
     "consumed_vs_ledger": """
         SELECT p.id, format('consumed reservations hold %%s units but the ledger consumed %%s', COALESCE(r.qty, 0), COALESCE(m.qty, 0))
@@ -109,6 +114,7 @@ DESCRIPTIONS = {
     "counters_vs_ledger": "available/reserved equal what the stock ledger adds up to",
     "bucket_counters_vs_ledger": "each stock bucket's counters equal its own ledger rows",
     "bucket_reserved_vs_reservations": "each stock bucket holds exactly the active reservations placed in it",
+    "reservation_bucket_vs_ledger": "each reservation names the bucket of its one reserve ledger row",
     "consumed_vs_ledger": "units consumed by paid orders equal the ledger's consume rows",
     "order_vs_reservations": "each order's status agrees with its reservations",
     "reservation_expiry_vs_order": "active reservations expire with their order",

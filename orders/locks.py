@@ -1,4 +1,5 @@
-"""Locks on orders and their reservations (steps 4 and 5 of the lock order in ``skincare.locks``)."""
+"""Locks on orders and then their reservations, the steps of the lock order (``skincare.locks``) after the customer's
+checkout lock and before advisory product keys and stock rows."""
 
 from django.contrib.auth.models import User
 

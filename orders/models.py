@@ -31,6 +31,10 @@ class Order(models.Model):
     # NULL while the order is not cancelled, as in the seed schema.
     cancel_reason = models.CharField(max_length=40, choices=CancelReason.choices, null=True, blank=True)  # noqa: DJ001
     total = models.DecimalField(max_digits=12, decimal_places=2)
+    # The shop's currency when the order was written (settings.SHOP_CURRENCY, written by checkout's ORDER_SQL); a
+    # payment event in another currency never pays it. The database default is for the seed's reference SQL
+    # (bench/drivers.py), which writes orders without naming one, and for the orders written before this column.
+    currency = models.CharField(max_length=3, db_default="IDR")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -60,6 +64,7 @@ class Order(models.Model):
                 name="orders_cancelled_has_reason",
             ),
             models.CheckConstraint(condition=Q(total__gte=0), name="orders_total_gte_0"),
+            models.CheckConstraint(condition=Q(currency__regex=r"^[A-Z]{3}$"), name="orders_currency_iso_4217"),
         ]
 
     def __str__(self):
@@ -92,14 +97,20 @@ class ReservationStatus(models.TextChoices):
 
 
 class Reservation(models.Model):
-    """Units of one product held for one order until ``expires_at`` (database clock).
-    ``active`` ends in exactly one of ``consumed``, ``expired`` or ``cancelled``; nothing returns to ``active``."""
+    """Units of one product held for one order until ``expires_at`` (database clock), in the stock row ``bucket``
+    names. ``active`` ends in exactly one of ``consumed``, ``expired`` or ``cancelled``; nothing returns to
+    ``active``."""
 
     Status = ReservationStatus
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="reservations", db_index=False)
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="reservations", db_index=False)
     qty = models.IntegerField()
+    # The stock row (StockBucket.bucket) that holds the units: what release, cancel, expiry and payment take them
+    # from. Written by the checkout's statements (bucket 0, then the bucket the reserve statement took:
+    # inventory.reserve), never changed after COMMIT. A trigger (migration 0003) refuses a bucket the product has no
+    # stock row for.
+    bucket = models.PositiveSmallIntegerField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.ACTIVE)
     expires_at = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

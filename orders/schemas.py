@@ -20,6 +20,10 @@ class OrderSerializer(serializers.Serializer):
     )
     payment_expires_at = serializers.DateTimeField(help_text="Deadline by the database clock (UTC).")
     total = serializers.DecimalField(max_digits=12, decimal_places=2, coerce_to_string=True)
+    currency = serializers.CharField(
+        help_text="ISO 4217 code of the shop's currency (SHOP_CURRENCY); the amount a "
+        "payment event must match is `total` in this currency."
+    )
     items = OrderLineSerializer(many=True)
     payment_url = serializers.URLField(allow_null=True, help_text="Where to pay (the sandbox page in development).")
 

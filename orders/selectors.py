@@ -6,6 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Count, Min, Prefetch
 
@@ -29,6 +30,8 @@ class OrderView:
     payment_expires_at: datetime | None
     total: Decimal
     lines: tuple[OrderLineView, ...]
+    # Last, with the shop's currency as default: checkout builds its view from the values it wrote.
+    currency: str = dataclasses.field(default_factory=lambda: settings.SHOP_CURRENCY)
 
     @classmethod
     def of(cls, order: Order, lines: list[OrderLine]) -> "OrderView":
@@ -40,6 +43,7 @@ class OrderView:
             payment_expires_at=order.payment_expires_at,
             total=order.total,
             lines=tuple(OrderLineView(line.product_id, line.qty, line.unit_price) for line in lines),
+            currency=order.currency,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -50,6 +54,7 @@ class OrderView:
             "cancel_reason": self.cancel_reason,
             "payment_expires_at": self.payment_expires_at.isoformat() if self.payment_expires_at else None,
             "total": str(self.total),
+            "currency": self.currency,
             "items": [
                 {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)}
                 for line in self.lines
@@ -66,6 +71,7 @@ class OrderView:
             cancel_reason=data["cancel_reason"],
             payment_expires_at=datetime.fromisoformat(expires) if expires else None,
             total=Decimal(data["total"]),
+            currency=data.get("currency", settings.SHOP_CURRENCY),  # answers stored before orders had a currency
             lines=tuple(
                 OrderLineView(item["product_id"], item["qty"], Decimal(item["unit_price"])) for item in data["items"]
             ),

@@ -2,7 +2,8 @@
 checkout, ``payments.checkout``, whose one statement writes it with everything that belongs to it.)
 
 Every transition is a conditional update (``WHERE status = 'pending_payment'``) made under the lock order in
-``skincare.locks``: order row → its reservations → inventory rows by ascending product id.
+``skincare.locks`` (its steps: order rows, then their reservations, then stock rows, last). Each reservation's units
+go back to, or leave from, the stock row (bucket) the reservation names (``inventory.reserve``).
 """
 
 import dataclasses
@@ -12,8 +13,9 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models.functions import Now
 
-from inventory import services as inventory_services
+from inventory import reserve as inventory_reserve
 from inventory.models import StockMovement
+from inventory.reserve import HeldUnits
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.locks import lock_active_reservations, lock_due_orders, lock_order
 from orders.models import Order, Reservation
@@ -32,11 +34,12 @@ def _close_pending(
 ) -> TransitionResult:
     """Move locked pending orders to their end state; their active reservations end with them.
 
-    Caller holds the order locks. Reservations are locked next, then inventory rows (inside
-    ``inventory.services``) by ascending product id.
+    Caller holds the order locks. Reservations are locked next, then stock rows (inside ``inventory.reserve``) by
+    ascending (product id, bucket).
     """
     reservations = lock_active_reservations(order_ids=order_ids)
-    lines = [(r.order_id, r.product_id, r.qty) for r in reservations]
+    # Each reservation's units leave the stock row it names (inventory refuses one that names none).
+    lines = [HeldUnits(r.order_id, r.product_id, r.bucket, r.qty) for r in reservations]
     if paid:
         changes: dict[str, Any] = {"status": Order.Status.PAID}
     else:
@@ -48,22 +51,22 @@ def _close_pending(
         Reservation.objects.filter(pk__in=[r.pk for r in reservations]).update(
             status=reservation_status, updated_at=Now()
         )
-        # Inventory rows last: they are the contended ones, locked only for these updates and the COMMIT.
+        # Stock rows last: they are the contended ones, locked only for these updates and the COMMIT.
         if paid:
-            inventory_services.stock_consume(lines=lines)
+            inventory_reserve.stock_consume(lines=lines)
         else:
             ledger_reason = (
                 StockMovement.Reason.EXPIRE
                 if reservation_status == Reservation.Status.EXPIRED
                 else StockMovement.Reason.CANCEL
             )
-            inventory_services.stock_release(lines=lines, reason=ledger_reason)
-    return TransitionResult(orders=orders, reservations=len(reservations), units=sum(line[2] for line in lines))
+            inventory_reserve.stock_release(lines=lines, reason=ledger_reason)
+    return TransitionResult(orders=orders, reservations=len(reservations), units=sum(line.qty for line in lines))
 
 
 def _close_one(*, order: Order, reservation_status: str, cancel_reason: str | None = None, paid: bool = False) -> Order:
     """One locked order out of ``pending_payment``. The in-memory order is updated from what was written
-    rather than re-read: a re-read would be one more round trip while the inventory rows are locked."""
+    rather than re-read: a re-read would be one more round trip while the stock rows are locked."""
     if order.status != Order.Status.PENDING_PAYMENT:
         raise OrderNotPending(order_id=order.pk, status=order.status)
     _close_pending(order_ids=[order.pk], reservation_status=reservation_status, cancel_reason=cancel_reason, paid=paid)

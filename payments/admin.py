@@ -7,13 +7,21 @@ The order page shows each order's payment attempts: this module adds one inline 
 from django.contrib import admin
 
 from orders.admin import OrderAdmin
-from payments.models import PaymentAttempt, ProcessedEvent
+from payments.models import NEEDS_OPS, PaymentAttempt, ProcessedEvent
 from skincare.admin_helpers import ReadOnlyAdminMixin, ReadOnlyInline
 
 
 class PaymentAttemptInline(ReadOnlyInline):
     model = PaymentAttempt
-    fields = ["status", "amount", "received_amount", "provider_reference", "created_at", "updated_at"]
+    fields = [
+        "status",
+        "amount",
+        "received_amount",
+        "received_currency",
+        "provider_reference",
+        "created_at",
+        "updated_at",
+    ]
 
 
 OrderAdmin.extend(inlines=[PaymentAttemptInline])
@@ -24,19 +32,26 @@ class NeedsOpsFilter(admin.SimpleListFilter):
     parameter_name = "needs_ops"
 
     def lookups(self, request, model_admin):
-        return [("yes", "Refund required or amount mismatch")]
+        return [("yes", "Refund required, amount or currency mismatch")]
 
     def queryset(self, request, queryset):
         if self.value() == "yes":
-            return queryset.filter(
-                status__in=[PaymentAttempt.Status.REFUND_REQUIRED, PaymentAttempt.Status.AMOUNT_MISMATCH]
-            )
+            return queryset.filter(status__in=NEEDS_OPS)
         return queryset
 
 
 @admin.register(PaymentAttempt)
 class PaymentAttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ["id", "order", "status", "amount", "received_amount", "provider_reference", "created_at"]
+    list_display = [
+        "id",
+        "order",
+        "status",
+        "amount",
+        "received_amount",
+        "received_currency",
+        "provider_reference",
+        "created_at",
+    ]
     list_filter = ["status", NeedsOpsFilter, "created_at"]
     list_select_related = ["order"]
     search_fields = ["=order__id", "provider_reference"]

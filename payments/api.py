@@ -1,16 +1,21 @@
 import hashlib
 import json
 import logging
+import re
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from orders.api import order_data
+from orders.selectors import OrderView
 from payments import checkout, schemas, services, signing
+from payments.checkout import KeyedCheckout
 from skincare import metrics, validation
 from skincare.api import authenticated_customer
 from skincare.errors import InvalidInput
@@ -42,31 +47,55 @@ def request_fingerprint(data: Any) -> str:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-class CheckoutApi(InstrumentedAPIView):
+def checkout_response(
+    request: Request,
+    *,
+    key: str | None,
+    place: Callable[[User], OrderView],
+    place_keyed: Callable[[User, str], KeyedCheckout],
+) -> Response:
+    """The rest of both checkout views (``/v1/checkout``, ``/v1/carts/<id>/checkout``) once they have parsed their
+    request, ``key`` included (:func:`idempotency_key`): count the checkout against the rate limit, place it
+    (``place_keyed(customer, key)`` under a key, else ``place(customer)``) and render the answer: 201 with the order
+    (``orders.api.order_data``), or a stored refusal as it was stored; ``Idempotent-Replayed: true`` on a replay."""
+    customer = authenticated_customer(request)
+    checkout.checkout_rate_limit(customer=customer)
+    if key is None:
+        return Response(order_data(request, place(customer)), status=201)
+    answer = place_keyed(customer, key)
+    headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
+    if answer.refusal is not None:
+        return Response(answer.refusal.body, status=answer.refusal.http_status, headers=headers)
+    assert answer.order is not None  # a keyed checkout answers with an order or a refusal
+    return Response(order_data(request, answer.order), status=201, headers=headers)
+
+
+class CheckoutEndpoint(InstrumentedAPIView):
+    """A view that places a checkout, counted as one on ``/metrics`` (both checkout views)."""
+
     outcome_counter = metrics.CHECKOUT_REQUESTS
     allowed_outcomes = metrics.CHECKOUT_OUTCOMES
     latency_histogram = metrics.CHECKOUT_LATENCY
     success_outcome = "created"
 
+
+class CheckoutApi(CheckoutEndpoint):
     @schemas.CHECKOUT
     def post(self, request: Request) -> Response:
         key = idempotency_key(request)
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
-        customer = authenticated_customer(request)
-        checkout.checkout_rate_limit(customer=customer)
-        if key is None:
-            order = checkout.checkout(customer=customer, items=items)
-            return Response(order_data(request, order), status=201)
-        answer = checkout.checkout_idempotent(
-            customer=customer, items=items, key=key, fingerprint=request_fingerprint(request.data)
+        return checkout_response(
+            request,
+            key=key,
+            place=lambda customer: checkout.checkout(customer=customer, items=items),
+            place_keyed=lambda customer, key: checkout.checkout_idempotent(
+                customer=customer, items=items, key=key, fingerprint=request_fingerprint(request.data)
+            ),
         )
-        headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
-        if answer.refusal is not None:
-            return Response(answer.refusal.body, status=answer.refusal.http_status, headers=headers)
-        assert answer.order is not None  # a keyed checkout answers with an order or a refusal
-        return Response(order_data(request, answer.order), status=201, headers=headers)
 
 
+# A payment event's currency: three capital letters (compared with the order's, payments.services).
+CURRENCY_CODE = re.compile(r"[A-Z]{3}")
 # payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
 MAX_AMOUNT = Decimal("9999999999.99")
 
@@ -127,6 +156,9 @@ def parse_webhook(data: Any) -> dict[str, Any]:
         or int(parsed_amount.as_tuple().exponent) < -2  # finite, so the exponent is a number
     ):
         errors["amount"] = ['A decimal string such as "123.00".']
+    currency = data.get("currency")
+    if not isinstance(currency, str) or not CURRENCY_CODE.fullmatch(currency):
+        errors["currency"] = ['An ISO 4217 code such as "IDR" (required on every event).']
     reference = data.get("provider_reference", "")
     if not isinstance(reference, str) or len(reference) > 200 or not _postgres_can_store(reference):
         errors["provider_reference"] = ["A string of at most 200 characters."]
@@ -139,6 +171,7 @@ def parse_webhook(data: Any) -> dict[str, Any]:
         "event_type": data["type"],
         "order_id": order_id,
         "amount": parsed_amount,
+        "currency": currency,
         "provider_reference": reference,
     }
 

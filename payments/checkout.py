@@ -1,15 +1,40 @@
 """Checkout: a customer's items become a ``pending_payment`` order with reserved stock, in one short transaction.
 
-This module is the whole checkout after the API view (``payments/api.py``), top to bottom:
+This module is the checkout after the API view (``payments/api.py``), for ``POST /v1/checkout`` and, through
+``carts.services``, for ``POST /v1/carts/<id>/checkout``. It has two phases, which always run in that order and in
+one transaction:
 
-1. :func:`checkout` (or :func:`checkout_idempotent`, under an ``Idempotency-Key``) runs one transaction with the
-   runner of ``skincare.db`` (deadlocks and serialization failures retried, timeouts → 503).
-2. :func:`_open_order`: a product this worker saw sold out in the last 250 ms is refused with no query; then
-   :data:`QUOTES_SQL` reads prices, visible stock and strategies (and takes the customer's checkout lock), refusing
-   an unknown or visibly short product before anything is written; then :data:`ORDER_SQL`, one statement, writes the
-   order, its lines, its reservations, their ledger rows and the payment attempt, and reads the customer's counts.
-3. ``inventory.services.stock_reserve``: the guarded UPDATE of each inventory row, by the product's strategy. The
-   hot row is locked by this last statement and released by the COMMIT right after it.
+* :func:`order_open` checks, then writes everything but the stock in one statement (:data:`ORDER_SQL`): the order,
+  its lines, its reservations (naming bucket 0) and the payment attempt. It returns an :class:`OpenOrder`.
+* :func:`order_stock_reserve` then moves the units from available to reserved (``inventory.reserve.stock_reserve``,
+  by each product's strategy and stock buckets: docs/strategies.md): each reserve statement updates one stock row,
+  writes its reserve ledger row and, when it took another bucket, names that bucket on the reservation. The stock
+  rows it locks are the last statements before COMMIT.
+
+:func:`checkout` runs the two in one ``@retry_transient @transaction.atomic`` transaction (``skincare.db``:
+deadlocks and serialization failures retried, timeouts → 503). Under an ``Idempotency-Key``,
+:func:`run_keyed_checkout` is the one flow of both endpoints (:func:`checkout_idempotent` here,
+``carts.services.cart_checkout_idempotent`` for a cart): the key is claimed first, the 201 answer is stored between
+the two phases, and a client error is stored instead of the order.
+
+A checkout checks in this order; a refusal rolls back whatever the checkout wrote (the whole transaction, or under a
+key everything after the key's claim, and the refusal is stored as the key's answer instead):
+
+1. in the view: a cart's id (404), the ``Idempotency-Key`` header and the body's shape (400), then the rate limit
+   (429, counted in its own transaction);
+2. a keyed checkout's key (:func:`replay`: 422 ``idempotency_key_reused``, 409 in progress), then a cart's claim
+   (404, 409 ``cart_checked_out``, 410 ``cart_expired``);
+3. more than ``CHECKOUT_MAX_QTY`` units of a product (400, :func:`merge_quantities`);
+4. a product this worker saw sold out in the last ``SOLD_OUT_CACHE_MS`` (409 ``stock_conflict``, no query);
+5. :data:`QUOTES_SQL`, which takes the customer's checkout lock: an unknown or inactive product (422), then a product
+   outside its sale window (410 ``sale_ended``, else 409 ``sale_not_started`` with ``Retry-After``), then a product
+   visibly short (409 ``stock_conflict``); a ``serializable`` product at READ COMMITTED starts over at SERIALIZABLE
+   here; more than ``max_per_customer`` units in this request (409 ``purchase_limit_exceeded``);
+6. :data:`ORDER_SQL` writes and reads the customer's counts: over ``max_per_customer`` with the customer's open and
+   paid orders (409 ``purchase_limit_exceeded``), then ``MAX_PENDING_ORDERS_PER_CUSTOMER`` (409
+   ``too_many_pending_orders``);
+7. the stock (409 ``stock_conflict``, 409 ``lock_busy``; a lost optimistic version check runs the transaction
+   again, up to ``INVENTORY_OPTIMISTIC_ATTEMPTS`` attempts in all).
 
 Payments sits at the top of the layers, so this module may know every table the statements touch; their text lives
 here and nowhere else (``bench/strategies.py`` builds its pgbench script from these constants). The lock order these
@@ -28,12 +53,19 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from inventory import services as inventory_services
+from inventory import reserve as inventory_reserve
 from inventory import soldout
 from inventory.exceptions import InvalidProduct, SaleEnded, SaleNotStarted, StockConflict
-from inventory.models import InventoryStrategy, StockMovement
-from inventory.selectors import SALE_ENDED, SALE_SCHEDULED, SALE_STATE_SQL, SECONDS_TO_START_SQL, UNIT_PRICE_SQL
-from inventory.services import ReserveLine
+from inventory.models import InventoryStrategy
+from inventory.reserve import ReserveLine
+from inventory.selectors import (
+    SALE_ENDED,
+    SALE_SCHEDULED,
+    SALE_STATE_SQL,
+    SECONDS_TO_START_SQL,
+    STOCK_SUM_SQL,
+    UNIT_PRICE_SQL,
+)
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
 from orders.selectors import OrderLineView, OrderView
@@ -42,7 +74,7 @@ from payments.models import IdempotencyKey, PaymentAttempt
 from skincare import services as skincare_services
 from skincare.db import SERIALIZABLE, IsolationRequired, current_isolation, retry_transient
 from skincare.errors import DomainError, InvalidInput
-from skincare.locks import advisory_key
+from skincare.locks import advisory_key, require_transaction
 from skincare.validation import parse_rate
 
 # Unit prices, visible stock, strategy, version and per-customer limit of the products that are for sale (unknown
@@ -54,21 +86,18 @@ from skincare.validation import parse_rate
 # order's created_at: no order is ever created before sale_starts_at. The window's expressions are the product
 # API's too (inventory.selectors), so the countdown a client sees and the checkout's decision are one rule.
 QUOTES_SQL = f"""
-SELECT p.id, {UNIT_PRICE_SQL} AS unit_price, COALESCE(i.available_stock, 0), p.inventory_strategy,
-       COALESCE(i.version, 0), p.max_per_customer, {SALE_STATE_SQL} AS sale, p.sale_starts_at,
-       {SECONDS_TO_START_SQL} AS seconds_to_start, p.stock_buckets, COALESCE(i.bucket_rows, 1),
+SELECT p.id, {UNIT_PRICE_SQL} AS price, COALESCE(stock.available_stock, 0) AS available,
+       p.inventory_strategy AS strategy, COALESCE(stock.version_sum, 0) AS version_sum, p.max_per_customer,
+       {SALE_STATE_SQL} AS sale, p.sale_starts_at, {SECONDS_TO_START_SQL} AS seconds_to_start,
+       p.stock_buckets AS bucket_count, COALESCE(stock.stock_rows, 1) AS stock_rows,
        (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
 FROM products p
-LEFT JOIN LATERAL (  -- the product's stock rows only (a join with the inventories view would sum every product's)
-    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version,
-           count(*)::integer AS bucket_rows
-      FROM stock_buckets b WHERE b.product_id = p.id
-) i ON true
+{STOCK_SUM_SQL}
 WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 """
 
-# One statement writes the order, its lines, its reservations, their reserve ledger rows and the payment attempt
-# (one round trip instead of five), and reads what the per-customer checks need: the customer's open unpaid orders
+# One statement writes the order, its lines, its reservations and the payment attempt (one round trip instead of
+# four), and reads what the per-customer checks need: the customer's open unpaid orders
 # (when MAX_PENDING_ORDERS_PER_CUSTOMER is on) and their units of the limited products in open and paid orders (when
 # the cart has any): a count that is off is not read at all. Those reads see the snapshot from the start of
 # this statement: every order the customer's earlier checkouts committed, none of the rows written here.
@@ -76,29 +105,28 @@ WHERE p.id = ANY(%(product_ids)s) AND p.is_active
 # by the database's clock. An order whose window closed is not open any more, even before the sweeper cancels it.
 ORDER_SQL = """
 WITH new_order AS (
-    INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, updated_at)
-    VALUES (%(customer_id)s, %(pending_payment)s, now() + make_interval(secs => %(ttl_seconds)s), %(total)s,
-            statement_timestamp(), statement_timestamp())
+    INSERT INTO orders (customer_id, status, payment_expires_at, total, currency, created_at, updated_at)
+    SELECT %(customer_id)s, %(pending_payment)s, now() + make_interval(secs => %(ttl_seconds)s), %(total)s,
+           %(currency)s, statement_timestamp(), statement_timestamp()
+    -- The sale window decided again by this statement's own clock (the quote used the transaction's start, and
+    -- waits since may have outlasted sale_ends_at): nothing at all is written once a window has closed.
+    WHERE NOT EXISTS (SELECT 1 FROM products p
+                       WHERE p.id = ANY(%(product_ids)s::bigint[]) AND p.sale_ends_at <= statement_timestamp())
     RETURNING id, total, created_at, payment_expires_at
 ), line AS (
-    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[],
-                         %(buckets)s::integer[])
-        AS line(product_id, qty, unit_price, buckets)
+    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[])
+        AS line(product_id, qty, unit_price)
 ), new_lines AS (
     INSERT INTO order_lines (order_id, product_id, qty, unit_price)
     SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line
 ), new_reservations AS (
-    INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at)
-    SELECT new_order.id, line.product_id, line.qty, %(active)s, new_order.payment_expires_at,
+    -- bucket 0, a one-row product's only stock row; the reserve statement that takes a bucketed product's units
+    -- names the bucket it took (inventory.reserve), and writes the reserve ledger row
+    INSERT INTO inventory_reservations (order_id, product_id, qty, bucket, status, expires_at, created_at,
+                                        updated_at)
+    SELECT new_order.id, line.product_id, line.qty, 0, %(active)s, new_order.payment_expires_at,
            new_order.created_at, new_order.created_at
     FROM new_order, line
-), reserve_ledger AS (
-    -- bucket 0 of a one-row product; a bucketed product's row is written by its claim, which knows the bucket
-    INSERT INTO stock_movements (product_id, bucket, available_delta, reserved_delta, reason, order_id, note,
-                                 created_at)
-    SELECT line.product_id, 0, -line.qty, line.qty, %(reserve)s, new_order.id, '', new_order.created_at
-    FROM new_order, line
-    WHERE line.buckets = 1
 ), new_payment_attempt AS (
     INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at)
     SELECT new_order.id, %(attempt_pending)s, new_order.total, '', new_order.created_at, new_order.created_at
@@ -126,24 +154,28 @@ ORDER_SQL_CONSTANTS = {
     "pending_payment": Order.Status.PENDING_PAYMENT.value,
     "paid": Order.Status.PAID.value,
     "active": Reservation.Status.ACTIVE.value,
-    "reserve": StockMovement.Reason.RESERVE.value,
     "attempt_pending": PaymentAttempt.Status.PENDING.value,
+    "currency": settings.SHOP_CURRENCY,  # the shop's currency (checked at start-up, skincare.E012)
 }
 
 
 class Quote(NamedTuple):
-    """What :data:`QUOTES_SQL` says about one product."""
+    """What :data:`QUOTES_SQL` says about one product (its columns by name: :meth:`from_row`)."""
 
     price: Decimal  # the unit price to charge: the sale price inside an open sale window
     available: int
     strategy: str
-    version: int
+    version_sum: int  # the sum of its stock rows' versions: bucket 0's version when it is the only row
     max_per_customer: int | None
     sale: str | None  # scheduled | open | ended by this transaction's clock; None without a window
     sale_starts_at: datetime | None
     seconds_to_start: Decimal | None  # scheduled only
-    buckets: int  # the product's stock_buckets (K)
-    bucket_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
+    bucket_count: int  # the product's stock_buckets (K)
+    stock_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Quote":
+        return cls(**{field: row[field] for field in cls._fields})
 
 
 def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
@@ -165,22 +197,34 @@ def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
 @transaction.atomic
 def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
     """Place a ``pending_payment`` order for ``items`` ((product_id, qty) pairs) and reserve its stock until its
-    deadline (``now() + RESERVATION_TTL_SECONDS`` by the database clock).
+    deadline (``now() + RESERVATION_TTL_SECONDS`` by the database clock): :func:`order_open`, then
+    :func:`order_stock_reserve`, in one transaction.
 
     Raises InvalidInput (400), InvalidProduct (422), StockConflict, LockBusy, PurchaseLimitExceeded,
-    TooManyPendingOrders, SaleNotStarted (409), SaleEnded (410); the runner turns lock timeouts into ServiceBusy
-    (503).
+    TooManyPendingOrders, SaleNotStarted (409), SaleEnded (410); ``retry_transient`` turns lock timeouts into
+    ServiceBusy (503).
     """
-    order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
-    _reserve_stock(order, reserve)
-    return order
+    return order_stock_reserve(opened=order_open(customer=customer, items=items))
+
+
+class OpenOrder(NamedTuple):
+    """An order written by :func:`order_open` whose stock is not reserved yet."""
+
+    order: OrderView
+    stock: list[ReserveLine]  # what order_stock_reserve reserves, one line per product
+
+
+def order_open(*, customer: User, items: Iterable[tuple[int, int]]) -> OpenOrder:
+    """The first phase of a checkout, inside the caller's ``@retry_transient @transaction.atomic`` service: the checks
+    up to the stock (steps 3 to 6 of the module docstring), then the order's rows. The only lock it takes is the
+    customer's checkout lock; :func:`order_stock_reserve` must follow in the same transaction."""
+    require_transaction()
+    return OpenOrder(*_open_order(customer=customer, quantities=merge_quantities(items)))
 
 
 def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderView, list[ReserveLine]]:
-    """Everything before the stock: the early refusals, then the order's rows. Returns the order and what
-    ``stock_reserve`` needs. Per-customer checks, in this order (docs/reliability.md): visibly short (409
-    stock_conflict), unknown product (422), outside its sale window (410 sale_ended / 409 sale_not_started), ``max_per_customer`` (409 purchase_limit_exceeded),
-    ``MAX_PENDING_ORDERS_PER_CUSTOMER`` (409 too_many_pending_orders); the guarded UPDATE comes after."""
+    """:func:`order_open` once the items are merged: the early refusals, then the order's rows, in the order of the
+    module docstring. Returns the order and what ``stock_reserve`` needs."""
     remembered = soldout.known_short(quantities)
     if remembered:
         raise StockConflict(product_ids=remembered)
@@ -190,7 +234,8 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
             QUOTES_SQL,
             {"customer_lock": advisory_key("customer_checkout", customer.pk), "product_ids": list(quantities)},
         )
-        quotes = {row[0]: Quote(*row[1:11]) for row in cursor.fetchall()}
+        names = [column.name for column in cursor.description]
+        quotes = {row[0]: Quote.from_row(dict(zip(names, row, strict=True))) for row in cursor.fetchall()}
     missing = sorted(set(quantities) - set(quotes))
     if missing:
         raise InvalidProduct(product_ids=missing)
@@ -222,12 +267,14 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
                 "product_ids": product_ids,
                 "qtys": [quantities[pid] for pid in product_ids],
                 "prices": [quotes[pid].price for pid in product_ids],
-                "buckets": [quotes[pid].buckets for pid in product_ids],
                 "limited_ids": sorted(limits),
                 "max_pending": settings.MAX_PENDING_ORDERS_PER_CUSTOMER,
             },
         )
-        order_id, deadline, open_orders, held = cursor.fetchone()
+        row = cursor.fetchone()
+    if row is None:  # a window closed while this checkout waited (ORDER_SQL's re-check): 410, nothing written
+        raise SaleEnded(product_ids=sorted(pid for pid in product_ids if quotes[pid].sale is not None))
+    order_id, deadline, open_orders, held = row
     # A refusal below rolls back the rows just written, with the rest of the transaction.
     if limits:
         # Django hands jsonb back as text on a raw cursor (its ORM decodes JSONField values itself).
@@ -250,12 +297,12 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
     )
     reserve = [
         ReserveLine(
-            pid,
-            quantities[pid],
-            quotes[pid].strategy,
-            quotes[pid].version,
-            quotes[pid].buckets,
-            quotes[pid].bucket_rows,
+            product_id=pid,
+            qty=quantities[pid],
+            strategy=quotes[pid].strategy,
+            version=quotes[pid].version_sum,
+            bucket_count=quotes[pid].bucket_count,
+            stock_rows=quotes[pid].stock_rows,
         )
         for pid in product_ids
     ]
@@ -280,26 +327,13 @@ def _refuse_outside_sale_window(quotes: dict[int, Quote]) -> None:
         )
 
 
-def _reserve_stock(order: OrderView, lines: list[ReserveLine]) -> None:
-    """The last statements before COMMIT: the stock rows, by each product's strategy (``inventory.services``)."""
-    inventory_services.stock_reserve(order_id=order.order_id, lines=lines)
-
-
-def checkout_in_transaction(
-    *,
-    customer: User,
-    items: Iterable[tuple[int, int]],
-    before_reserve: Callable[[OrderView], None] | None = None,
-) -> OrderView:
-    """The checkout's statements inside the caller's ``@retry_transient @transaction.atomic`` service, for a caller
-    that takes its own lock first in the same transaction (``carts.services.cart_checkout`` claims its cart).
-    ``before_reserve`` runs after the order is written and before the stock is reserved, so whatever it writes does
-    not lengthen the hot row's lock."""
-    order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
-    if before_reserve is not None:
-        before_reserve(order)
-    _reserve_stock(order, reserve)
-    return order
+def order_stock_reserve(*, opened: OpenOrder) -> OrderView:
+    """The second phase of a checkout, in the transaction of its :func:`order_open`: the order's units move from
+    available to reserved, by each product's strategy (``inventory.reserve.stock_reserve``). These are the last
+    statements before COMMIT: whatever else the transaction writes comes before this call, so nothing lengthens the
+    time a stock row is locked. Returns the order."""
+    inventory_reserve.stock_reserve(order_id=opened.order.order_id, lines=opened.stock)
+    return opened.order
 
 
 def checkout_rate_limit(*, customer: User) -> None:
@@ -336,9 +370,9 @@ class KeyedCheckout:
     replayed: bool = False
 
 
-# The first statement of a keyed checkout (step 1 of the lock order). If another transaction holds the same new
-# key, PostgreSQL makes this one wait until that one commits (then nothing is returned and the stored answer is
-# read) or rolls back (then this one gets the key). A key older than IDEMPOTENCY_KEY_TTL_SECONDS that was not
+# The first statement of a keyed checkout, and the first lock of the order in skincare.locks. If another transaction
+# holds the same new key, PostgreSQL makes this one wait until that one commits (then nothing is returned and the
+# stored answer is read) or rolls back (then this one gets the key). A key older than IDEMPOTENCY_KEY_TTL_SECONDS that was not
 # pruned yet is taken over as if it were new.
 CLAIM_KEY_SQL = """
 INSERT INTO idempotency_keys (customer_id, key, fingerprint, created_at)
@@ -394,15 +428,15 @@ def replay(*, customer: User, key: str, fingerprint: str) -> KeyedCheckout:
     return KeyedCheckout(order=OrderView.from_json(stored.response_body, customer_id=customer.pk), replayed=True)
 
 
-def store_answer(*, key_id: int, status: int, body: dict[str, Any]) -> None:
+def _store_answer(*, key_id: int, status: int, body: dict[str, Any]) -> None:
     IdempotencyKey.objects.filter(pk=key_id).update(response_status=status, response_body=body)
 
 
-def store_refusal(*, customer: User, key_id: int, exc: DomainError) -> Refusal:
-    """Store a replayable refusal as the answer of the claimed key (the caller rolled its checkout back to the
-    savepoint taken after the claim), keeping the customer's stored refusals bounded."""
+def _store_refusal(*, customer: User, key_id: int, exc: DomainError) -> Refusal:
+    """Store a replayable refusal as the answer of the claimed key (:func:`run_keyed_checkout` rolled the checkout
+    back to the savepoint taken after the claim), keeping the customer's stored refusals bounded."""
     refusal = Refusal(exc.http_status, exc.body())
-    store_answer(key_id=key_id, status=refusal.http_status, body=refusal.body)
+    _store_answer(key_id=key_id, status=refusal.http_status, body=refusal.body)
     with connection.cursor() as cursor:
         cursor.execute(
             TRIM_REFUSALS_SQL,
@@ -411,26 +445,30 @@ def store_refusal(*, customer: User, key_id: int, exc: DomainError) -> Refusal:
     return refusal
 
 
-@retry_transient
-@transaction.atomic
-def checkout_idempotent(
-    *, customer: User, items: Iterable[tuple[int, int]], key: str, fingerprint: str
+def run_keyed_checkout(
+    *, customer: User, key: str, fingerprint: str, open_order: Callable[[], OpenOrder]
 ) -> KeyedCheckout:
-    """:func:`checkout` under an ``Idempotency-Key`` (scoped to the customer; ``fingerprint`` is the request body's).
+    """The one ``Idempotency-Key`` flow, inside the caller's ``@retry_transient @transaction.atomic`` service: of
+    ``POST /v1/checkout`` (:func:`checkout_idempotent`) and of ``POST /v1/carts/<id>/checkout``
+    (``carts.services.cart_checkout_idempotent``). ``open_order`` is the caller's first phase: everything it writes
+    before the stock (:func:`order_open`; for a cart, the cart's claim and its link to the order too).
 
-    The key is claimed by the first statement. The checkout runs after a savepoint: a client error (409
-    stock_conflict, 422 invalid_product, …) rolls back to it and the refusal is stored instead; the order is stored
-    before the stock is reserved, so no extra statement runs while the inventory row is locked. A retryable error or
-    a 5xx rolls everything back, the key included. The same key with another body → IdempotencyKeyReused.
+    The key is claimed by the transaction's first statement (:data:`CLAIM_KEY_SQL`); a key used before is answered by
+    :func:`replay`. Then a savepoint, ``open_order()``, the order stored as the key's 201 answer, and
+    :func:`order_stock_reserve`: the answer is stored before the stock is reserved, so no extra statement runs while a
+    stock row is locked. A replayable client error (:func:`replayable`: 409 stock_conflict, 422 invalid_product, a
+    cart's 404/409/410, …) rolls back to the savepoint and is stored as the answer instead. A retryable error (with
+    Retry-After) or a 5xx rolls the whole transaction back, the key included, so a retry with the key runs again.
     """
+    require_transaction()
     key_id = claim_key(customer=customer, key=key, fingerprint=fingerprint)
     if key_id is None:
         return replay(customer=customer, key=key, fingerprint=fingerprint)
     savepoint = transaction.savepoint()
     try:
-        order, reserve = _open_order(customer=customer, quantities=merge_quantities(items))
-        store_answer(key_id=key_id, status=201, body=order.to_json())
-        _reserve_stock(order, reserve)
+        opened = open_order()
+        _store_answer(key_id=key_id, status=201, body=opened.order.to_json())
+        order = order_stock_reserve(opened=opened)
     except DomainError as exc:
         if not replayable(exc):
             raise
@@ -439,10 +477,25 @@ def checkout_idempotent(
         # refuses every statement, the ROLLBACK TO SAVEPOINT included, while it is set) and the refusal is stored.
         transaction.set_rollback(False)
         transaction.savepoint_rollback(savepoint)
-        return KeyedCheckout(refusal=store_refusal(customer=customer, key_id=key_id, exc=exc))
-    # The savepoint is never released: COMMIT releases it, and a RELEASE would be one more round trip while the
-    # inventory row is locked.
+        return KeyedCheckout(refusal=_store_refusal(customer=customer, key_id=key_id, exc=exc))
+    # The savepoint is never released: COMMIT releases it, and a RELEASE would be one more round trip while a stock
+    # row is locked.
     return KeyedCheckout(order=order)
+
+
+@retry_transient
+@transaction.atomic
+def checkout_idempotent(
+    *, customer: User, items: Iterable[tuple[int, int]], key: str, fingerprint: str
+) -> KeyedCheckout:
+    """:func:`checkout` under an ``Idempotency-Key`` (scoped to the customer; ``fingerprint`` is the request body's),
+    by :func:`run_keyed_checkout`. The same key with another body → IdempotencyKeyReused."""
+    return run_keyed_checkout(
+        customer=customer,
+        key=key,
+        fingerprint=fingerprint,
+        open_order=lambda: order_open(customer=customer, items=items),
+    )
 
 
 def idempotency_keys_prune() -> int:

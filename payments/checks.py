@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core import checks
 
 from skincare import demo
-from skincare.checks import PRODUCTION_TAG
+from skincare.checks import PRODUCTION_TAG, weak_secret
 
 
 @checks.register()
@@ -39,8 +39,8 @@ def sandbox_only_in_development(app_configs: Any = None, **kwargs: Any) -> list[
 
 @checks.register(PRODUCTION_TAG)
 def production_refuses_demo_payments(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """In production a published webhook secret lets anyone mark orders paid, and the sandbox pays without money
-    (whatever PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG says)."""
+    """In production a published or weak webhook secret lets anyone mark orders paid, and the sandbox pays without
+    money (whatever PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG says)."""
     if not settings.PRODUCTION:
         return []
     errors = []
@@ -51,6 +51,14 @@ def production_refuses_demo_payments(app_configs: Any = None, **kwargs: Any) -> 
                 "payment.succeeded webhook with it.",
                 hint="Set PAYMENT_WEBHOOK_SECRET to the secret your payment gateway gave you.",
                 id="payments.E003",
+            )
+        )
+    elif settings.PAYMENT_WEBHOOK_SECRET and (reason := weak_secret(settings.PAYMENT_WEBHOOK_SECRET)):
+        errors.append(
+            checks.Error(
+                f"PAYMENT_WEBHOOK_SECRET is {reason}: a short secret can be guessed offline from one signed event.",
+                hint="Set PAYMENT_WEBHOOK_SECRET to the secret your payment gateway gave you.",
+                id="payments.E005",
             )
         )
     if settings.PAYMENT_SANDBOX:

@@ -14,6 +14,12 @@ class PaymentStatus(models.TextChoices):
     REFUND_REQUIRED = "refund_required", "Refund required"
     # Money arrived but not the amount the order asks for; the order is left alone for ops to decide.
     AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+    # Money arrived in another currency than the order's; left alone for ops exactly like a wrong amount.
+    CURRENCY_MISMATCH = "currency_mismatch", "Currency mismatch"
+
+
+# The attempts ops must look at (the admin's "needs ops" filter, the partial index below).
+NEEDS_OPS = [PaymentStatus.REFUND_REQUIRED, PaymentStatus.AMOUNT_MISMATCH, PaymentStatus.CURRENCY_MISMATCH]
 
 
 class PaymentAttempt(models.Model):
@@ -24,6 +30,8 @@ class PaymentAttempt(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     amount = models.DecimalField(max_digits=12, decimal_places=2)
     received_amount = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    # The currency the gateway reported with received_amount ('' before any money was reported).
+    received_currency = models.CharField(max_length=3, blank=True, default="", db_default="")
     provider_reference = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -36,7 +44,7 @@ class PaymentAttempt(models.Model):
             models.Index(
                 fields=["status"],
                 name="payment_attempts_ops_idx",
-                condition=Q(status__in=[PaymentStatus.REFUND_REQUIRED, PaymentStatus.AMOUNT_MISMATCH]),
+                condition=Q(status__in=NEEDS_OPS),
             ),
         ]
         constraints = [
@@ -63,6 +71,7 @@ class ProcessedEvent(models.Model):
         ALREADY_PAID = "already_paid", "Charge already on record"
         REFUND_REQUIRED = "refund_required", "Refund required"
         AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+        CURRENCY_MISMATCH = "currency_mismatch", "Currency mismatch"
 
     event_id = models.TextField(primary_key=True)
     processed_at = models.DateTimeField(db_default=Now())

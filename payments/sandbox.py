@@ -145,6 +145,7 @@ def sandbox_page(request: HttpRequest, token: str) -> HttpResponse:
                 "type": event_type,
                 "order_id": order.pk,
                 "amount": str(order.total),
+                "currency": order.currency,
                 "provider_reference": f"sandbox-{order.pk}",
             }
         ).encode()

@@ -21,12 +21,23 @@ class WebhookEventSerializer(serializers.Serializer):
     type = serializers.ChoiceField(choices=["payment.succeeded", "payment.failed"])
     order_id = serializers.IntegerField(min_value=1)
     amount = serializers.DecimalField(max_digits=12, decimal_places=2, coerce_to_string=True)
+    currency = serializers.CharField(
+        min_length=3, max_length=3, help_text="ISO 4217 code; any other than the order's is a `currency_mismatch`."
+    )
     provider_reference = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 
 class WebhookResultSerializer(serializers.Serializer):
     status = serializers.ChoiceField(
-        choices=["paid", "duplicate", "failed", "amount_mismatch", "refund_required", "already_paid"],
+        choices=[
+            "paid",
+            "duplicate",
+            "failed",
+            "amount_mismatch",
+            "currency_mismatch",
+            "refund_required",
+            "already_paid",
+        ],
         help_text="What the event did: `duplicate` for a replay (nothing changed).",
     )
     event_id = serializers.CharField()

@@ -73,20 +73,22 @@ def payment_event_apply(
     event_type: str,
     order_id: int,
     amount: Decimal | str,
+    currency: str,
     provider_reference: str = "",
     payload: Any = None,
 ) -> str:
     """Apply one gateway event exactly once. Returns the outcome:
 
-    ``duplicate`` (already applied: nothing changes), ``paid``, ``amount_mismatch`` (recorded, order
-    untouched, for ops), ``refund_required`` (money for an order that is no longer payable: the order stays
+    ``duplicate`` (already applied: nothing changes), ``paid``, ``currency_mismatch`` / ``amount_mismatch`` (money
+    in another currency than the order's, or another amount: recorded, order untouched, for ops; the currency is
+    compared first, so 129,000 of any other currency never pays a 129,000 IDR order), ``refund_required`` (money for an order that is no longer payable: the order stays
     cancelled, no stock is re-reserved), ``already_paid``, ``failed``. A charge already on record (same
     provider reference, reported again under a new event id) changes nothing and reports that attempt's
     outcome again.
 
     Locks: the event id first (only deliveries of the same event contend there, and each takes it before
-    anything else), then the order row, its payment attempts, its reservations, inventory rows by ascending
-    product id. The inventory rows are locked by the last statements of the transaction.
+    anything else), then the order row, its payment attempts and its reservations, then the stock rows each
+    reservation names (the lock order is in ``skincare.locks``), by the last statements of the transaction.
     """
     if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
         return Outcome.DUPLICATE
@@ -121,6 +123,10 @@ def payment_event_apply(
         # A second successful charge for a paid order: keep the money visible for a refund.
         outcome = Outcome.REFUND_REQUIRED
         attempt = PaymentAttempt(order=order, amount=order.total, status=PaymentAttempt.Status.REFUND_REQUIRED)
+    elif currency != order.currency:
+        outcome = Outcome.CURRENCY_MISMATCH
+        attempt = open_attempt()
+        attempt.status = PaymentAttempt.Status.CURRENCY_MISMATCH
     elif amount != order.total:
         outcome = Outcome.AMOUNT_MISMATCH
         attempt = open_attempt()
@@ -145,12 +151,13 @@ def payment_event_apply(
     if attempt is not None:
         if event_type == EVENT_SUCCEEDED:
             attempt.received_amount = amount
+            attempt.received_currency = currency
         if provider_reference:
             attempt.provider_reference = provider_reference
         attempt.save()
     _set_outcome(event_id=event_id, outcome=outcome)
     if transition is not None:
-        transition(order=order)  # takes the reservation and inventory locks: last
-    if outcome in (Outcome.AMOUNT_MISMATCH, Outcome.REFUND_REQUIRED):
+        transition(order=order)  # takes the reservation and stock row locks: last
+    if outcome in (Outcome.AMOUNT_MISMATCH, Outcome.CURRENCY_MISMATCH, Outcome.REFUND_REQUIRED):
         logger.warning("payment event %s for order %s needs ops: %s", event_id, order.pk, outcome)
     return outcome

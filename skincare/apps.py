@@ -1,3 +1,5 @@
+import sys
+
 from django.apps import AppConfig
 
 
@@ -10,7 +12,7 @@ class SkincareConfig(AppConfig):
 
     def ready(self) -> None:
         from skincare import (
-            checks,  # noqa: F401 - registers the system checks
+            checks,  # registers the system checks; refuses a command in production (below)
             signals,  # noqa: F401 - connects the admin login throttle's receivers
         )
         from skincare.connections import connect_signals
@@ -19,3 +21,5 @@ class SkincareConfig(AppConfig):
 
         register_pruner("rate_limit_counters", rate_limit_counters_prune)
         connect_signals()
+        # Production: a management command (manage.py, django-admin, python -m django) refuses here, before it runs.
+        checks.refuse_in_production(sys.argv)

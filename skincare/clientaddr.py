@@ -4,8 +4,18 @@
 Without trusted proxies the address is the TCP peer (``REMOTE_ADDR``) and ``X-Forwarded-For`` is ignored: any
 client can write that header. When the peer is a trusted proxy, the header's entries are read from the right (each
 proxy appends the address it received the request from) and the first one that is not itself a trusted proxy is
-the client; entries further left were written by the client and are never believed. An unreadable entry where the
-client should be falls back to the peer.
+the client: django-ipware's right-most-untrusted rule. Entries further left were written by the client and are
+never believed. Two cases where a naive reading would believe them:
+
+- every entry is a trusted address (a client inside the proxies' own network, or a range that is too wide): the
+  client is then the **right-most** entry, the address the peer itself received the request from. The left-most
+  one may be what that client wrote (any victim's address), so it is never taken;
+- an unreadable entry where the client should be: the last hop that could be read.
+
+Entries may carry a port, as some proxies write them: ``203.0.113.9:51234`` and ``[2001:db8::1]:443`` are read as
+their address (a port never makes every client look like the proxy). A request without a readable peer address (a
+unix socket) has no address: the login throttle counts it in an explicit "unknown" bucket with its own limit, and
+``/metrics`` does not treat it as loopback.
 """
 
 import functools
@@ -44,10 +54,16 @@ def trusted_proxies() -> tuple[Network, ...]:
 
 
 def _address(value: str | None) -> Address | None:
+    """An address, also written as ``ip:port``, ``[v6]`` or ``[v6]:port``; None when unreadable."""
     if not value:
         return None
+    value = value.strip()
+    if value.startswith("["):  # [2001:db8::1] or [2001:db8::1]:443
+        value = value[1 : value.find("]")] if "]" in value else ""
+    elif value.count(":") == 1:  # 203.0.113.9:51234 (a bare IPv6 address has several colons)
+        value = value.split(":", 1)[0]
     try:
-        address = ipaddress.ip_address(value.strip())
+        address = ipaddress.ip_address(value)
     except ValueError:
         return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -65,16 +81,27 @@ def client_address(request: HttpRequest) -> Address | None:
     networks = trusted_proxies()
     if peer is None or not networks or not _is_trusted(peer, networks):
         return peer
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
+    entries = [entry for entry in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if entry.strip()]
     hop = peer
-    for entry in reversed(forwarded.split(",")):
+    for entry in reversed(entries):
         address = _address(entry)
         if address is None:
             return hop  # garbage where an address should be: the last hop we could read
         if not _is_trusted(address, networks):
-            return address
+            return address  # the right-most untrusted hop
         hop = address
-    return hop  # every hop is a trusted proxy (a request from the proxies themselves)
+    # Every entry is a trusted address: the right-most one, written by the peer itself; never one further left,
+    # which the client may have written.
+    return _address(entries[-1]) if entries else peer
+
+
+# The widest private networks (10.0.0.0/8, fc00::/7): a trusted range wider than these takes in addresses that are
+# not yours, whose X-Forwarded-For would then be believed (skincare.W010 at start-up).
+WIDEST_PRIVATE_PREFIX = {4: 8, 6: 7}
+
+
+def too_wide(networks: Iterable[Network]) -> list[Network]:
+    return [network for network in networks if network.prefixlen < WIDEST_PRIVATE_PREFIX[network.version]]
 
 
 def throttle_key(address: Address | None) -> str | None:

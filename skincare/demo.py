@@ -20,6 +20,8 @@ DEMO_USERS = (DEMO_CUSTOMER, DEMO_OPS_USER)
 
 # What `make run` and `make db` write to .env when it does not exist (labelled; an exported variable wins).
 DEV_ENV = {
+    # Development is asked for explicitly: unset is production (skincare/modes.py).
+    "DJANGO_ENV": "development",
     "DJANGO_SECRET_KEY": DEMO_SECRET_KEY,
     "PAYMENT_WEBHOOK_SECRET": DEMO_WEBHOOK_SECRET,
     # The sandbox pays orders without money; without DEBUG it needs the explicit demo opt-in (payments.E002).
@@ -58,6 +60,8 @@ PUBLISHED_SECRETS = frozenset(
         "previous-secret",
         "from-the-environment",
         "set",
+        # the test suite's /metrics token
+        "scrape-token-for-tests",
     }
 )
 

@@ -12,14 +12,16 @@ Every transaction that takes more than one lock takes them in this order, and ne
    LOCKED``) (``carts.services``).
 3. the customer's checkout lock — advisory key ``("customer_checkout", customer id)``, taken by the checkout's
    product read so that the per-customer counts are read after the customer's previous checkout committed
-   (``payments.checkout``).
+   (``payments.checkout``); and by a cart create before it counts the customer's open carts (``carts.services``:
+   its first and only lock; it then inserts new rows only).
 4. ``orders`` rows — ``FOR NO KEY UPDATE`` of one order (payment, cancel), or ``… SKIP LOCKED`` of a batch (the
    sweeper), ascending id (``orders.locks``).
 5. that order's ``payment_attempts``, then its ``inventory_reservations`` — ``FOR NO KEY UPDATE``, by (order,
    product) (``payments.services``, ``orders.locks``).
 6. advisory keys ``("inventory_product", product id)`` of ``advisory``-strategy products, ascending id (checkout
    only, ``inventory.services``); and the ``products`` row whose number of stock buckets a stock manager changes
-   (``stock_buckets_set``; no checkout locks a product row).
+   (``stock_buckets_set``; no checkout locks a product row), which the product page's save locks first to check
+   the version it was loaded at (``inventory.admin.product_form``; the first lock of the admin's transaction).
 7. ``stock_buckets`` rows — ascending product id, and within one product: a bucket claimed with ``SKIP LOCKED``
    (never waits), or one bucket waited for, or all of its buckets in bucket order (the full pass, ops changes);
    guarded ``UPDATE``s, or ``FOR NO KEY UPDATE [NOWAIT]`` of all of a cart's bucket-0 rows first

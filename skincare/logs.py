@@ -41,13 +41,23 @@ class RedactSecretPathsFilter(logging.Filter):
         request = getattr(record, "request", None)
         if request is not None:  # Django passes the request as an extra field; the JSON formatter prints its repr
             record.request = redact_secret_paths(repr(request))
+        if record.exc_info and not record.exc_text:  # a traceback can quote the path too; formatters reuse exc_text
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_secret_paths(record.exc_text)
         return True
 
 
 class RedactingGunicornLogger(GunicornLogger):
     """gunicorn's logger (``logger_class`` in skincare/gunicorn.conf.py) with secret path segments redacted from
     every access-log atom: the request line, the path, the Referer (a browser sends the link as the Referer of the
-    page's own form post) and the Location of the redirect after a press."""
+    page's own form post) and the Location of the redirect after a press; and from its error log (``Error handling
+    request /v1/payments/sandbox/<link>``, a worker timeout's traceback) like the application's own records."""
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        if not any(isinstance(f, RedactSecretPathsFilter) for f in self.error_log.filters):  # one logger per name
+            self.error_log.addFilter(RedactSecretPathsFilter())
 
     def atoms(self, resp: Any, req: Any, environ: Any, request_time: Any) -> dict[str, Any]:
         atoms: dict[str, Any] = super().atoms(resp, req, environ, request_time)

@@ -58,6 +58,7 @@ WEBHOOK_OUTCOMES = frozenset(
         "duplicate",
         "failed",
         "amount_mismatch",
+        "currency_mismatch",
         "refund_required",
         "already_paid",
         "invalid_signature",

@@ -1,7 +1,10 @@
 """GET /metrics (Prometheus text format) and the outcome counting that API views opt into."""
 
 import hmac
+import ipaddress
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -14,15 +17,62 @@ from skincare import metrics
 from skincare.clientaddr import client_address
 
 
+def bearer_matches(header: str, token: str) -> bool:
+    """``Authorization: Bearer <token>``, compared in constant time over the whole value (an empty or a prefix
+    token never matches)."""
+    scheme, _, given = header.partition(" ")
+    return bool(token) and scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def start_metrics_server(port: int, *, addr: str) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """The sweeper's ``--metrics-port``, protected like the web server's ``/metrics``: with METRICS_TOKEN set it
+    answers ``Authorization: Bearer <token>`` only; without it, it must be bound to a loopback address (the
+    default, 127.0.0.1) and never in production, otherwise it refuses to start (ValueError). Returns the server and
+    its thread, like prometheus_client's ``start_http_server``."""
+    token = settings.METRICS_TOKEN
+    if not token:
+        try:
+            loopback = ipaddress.ip_address(addr).is_loopback
+        except ValueError:
+            loopback = addr == "localhost"
+        if settings.PRODUCTION or not loopback:
+            raise ValueError(
+                f"the metrics port on {addr} needs METRICS_TOKEN"
+                + (" (always in production)" if settings.PRODUCTION else " unless it is bound to 127.0.0.1")
+            )
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if token and not bearer_matches(self.headers.get("Authorization", ""), token):
+                self._answer(403, b'{"error": "Forbidden.", "code": "forbidden"}', "application/json")
+                return
+            body, content_type = metrics.render()
+            self._answer(200, body, content_type)
+
+        def _answer(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # scrapes are not worth a log line
+
+    server = ThreadingHTTPServer((addr, port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True)
+    thread.start()
+    return server, thread
+
+
 def metrics_allowed(request: HttpRequest) -> bool:
     """With METRICS_TOKEN set: ``Authorization: Bearer <METRICS_TOKEN>`` from anywhere. Without: loopback clients
     only (the client address behind TRUSTED_PROXIES, so a reverse proxy on the same host does not make everyone
     loopback), and never in production, where a proxy that is not declared would still do exactly that."""
     token = settings.METRICS_TOKEN
     if token:
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        return scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+        return bearer_matches(request.headers.get("Authorization", ""), token)
     if settings.PRODUCTION:
         return False
     address = client_address(request)

@@ -5,17 +5,19 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from skincare import demo, logs
+from skincare import demo, logs, modes
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
-# DJANGO_ENV=production: DEBUG off, DJANGO_SECRET_KEY and DJANGO_ALLOWED_HOSTS required (no fallback), secure
-# cookies, HSTS, HTTPS redirect (see the production block at the end of this file); every start-up refuses the
-# published demo values, the sandbox and the demo accounts (checks tagged "production": skincare/checks.py,
-# payments/checks.py). DJANGO_ENV itself is read from the process environment only.
-PRODUCTION = env("DJANGO_ENV", default="development") == "production"
+# One switch, DJANGO_ENV, with exactly two values (skincare/modes.py): ``production`` (DEBUG off, DJANGO_SECRET_KEY
+# and DJANGO_ALLOWED_HOSTS required, secure cookies, HSTS, HTTPS redirect: the production block at the end of this
+# file; every start-up refuses the demo, weak secrets and Django's failed deployment checks: checks tagged
+# "production", skincare/checks.py, payments/checks.py) and ``development``. Anything else refuses to start. Nothing
+# said anywhere is production: development must be asked for (`make run` and the test suite do). The environment
+# wins; only when it says nothing is the .env file's own DJANGO_ENV line read, and production never reads .env.
+PRODUCTION = modes.production(BASE_DIR / ".env" if env.bool("DJANGO_READ_DOT_ENV_FILE", default=True) else None)
 
 # Development settings come from one place: the git-ignored .env at the repository root, which `make run` / `make db`
 # write with labelled demo values when it is missing (devtools/devenv.py, values from skincare/demo.py). An exported
@@ -76,6 +78,11 @@ MIDDLEWARE = [
     "skincare.middleware.MessageMiddleware",
     "skincare.middleware.XFrameOptionsMiddleware",
 ]
+if PRODUCTION:
+    # Nothing but /healthz is served until the demo-account check has run against the database (skincare/checks.py).
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("skincare.middleware.JsonErrorsMiddleware") + 1, "skincare.checks.DemoAccountGate"
+    )
 
 ROOT_URLCONF = "skincare.urls"
 # Largest request body accepted (bytes); a larger one is refused with 413 payload_too_large before it is read.
@@ -241,6 +248,8 @@ RESERVATION_TTL_SECONDS = env.int("RESERVATION_TTL_SECONDS", default=1800)
 CART_TTL_SECONDS = env.int("CART_TTL_SECONDS", default=1800)
 # Expired and checked-out carts answer 410 / 409 this long, then prune_retention deletes them.
 CART_RETENTION_SECONDS = env.int("CART_RETENTION_SECONDS", default=86400)
+# Open (unexpired) carts one customer may hold at once; another create answers 409 too_many_open_carts (0 = no cap).
+MAX_OPEN_CARTS_PER_CUSTOMER = env.int("MAX_OPEN_CARTS_PER_CUSTOMER", default=10)
 CHECKOUT_MAX_ITEMS = env.int("CHECKOUT_MAX_ITEMS", default=20)
 CHECKOUT_MAX_QTY = env.int("CHECKOUT_MAX_QTY", default=100)
 # How long a worker remembers a product it saw sold out and refuses it without a query (ms, at most 250; 0 = off).
@@ -264,6 +273,9 @@ PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = env.int(
     "PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS", default=RESERVATION_TTL_SECONDS + 900
 )
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
+# The shop's currency (ISO 4217 code): every order is written in it, the API shows it, and a payment event in any
+# other currency is a mismatch, never a payment (payments.services). Checked at start-up (skincare.E012).
+SHOP_CURRENCY = env("SHOP_CURRENCY", default="IDR")
 
 # Abuse and retries (docs/reliability.md)
 # Idempotency-Key records of checkouts are kept this long (then pruned by prune_retention).
@@ -296,8 +308,13 @@ LOGGING = logs.logging_config(log_format=LOG_FORMAT, level=env("LOG_LEVEL", defa
 # X-Forwarded-For entry that is not itself a trusted proxy. Without them the header is ignored.
 TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
 
-# Admin login throttling: this many failed logins from one address or for one username within the window → 429.
+# Admin login throttling (skincare/login_throttle.py), failures within the window → 429: this many for one username
+# from one address; from one address for any usernames; from the "unknown" address (no readable client address);
+# for one username from everywhere (which blocks only addresses that have failed themselves).
 ADMIN_LOGIN_MAX_FAILURES = env.int("ADMIN_LOGIN_MAX_FAILURES", default=5)
+ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = env.int("ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS", default=20)
+ADMIN_LOGIN_MAX_FAILURES_UNKNOWN_ADDRESS = env.int("ADMIN_LOGIN_MAX_FAILURES_UNKNOWN_ADDRESS", default=20)
+ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME = env.int("ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME", default=100)
 ADMIN_LOGIN_WINDOW_SECONDS = env.int("ADMIN_LOGIN_WINDOW_SECONDS", default=900)
 
 # Behind a TLS-terminating proxy: DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (the proxy must set it to

@@ -32,4 +32,5 @@ def record_admin_login_failure(
 def forget_admin_login_failures(sender: Any, request: HttpRequest | None, user: Any, **kw: Any) -> None:
     if _is_admin_login(request):
         assert request is not None
-        AdminLoginFailure.objects.filter(username=user.get_username()).delete()
+        # This address's failures for this account only: a success must not wipe what others' guesses counted.
+        AdminLoginFailure.objects.filter(username=user.get_username(), client_ip=client_ip(request)).delete()

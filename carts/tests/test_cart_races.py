@@ -3,7 +3,7 @@
 * A cart becomes an order at most once: 50 concurrent checkouts of one cart give one 201 and 49 ``cart_checked_out``
   (or, under one Idempotency-Key, 49 replays). Control: read-then-checkout without the claim makes several orders.
 * Creating and replacing carts stays off the hot row: both complete while another transaction holds the product's
-  inventory row. Control: a cart write that touches the row (a stock check with a lock) is stuck behind it.
+  stock row (bucket 0). Control: a cart write that touches the row (a stock check with a lock) is stuck behind it.
 """
 
 import threading
@@ -18,7 +18,7 @@ from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order
 from orders.selectors import OrderView
-from payments.checkout import KeyedCheckout, checkout_in_transaction
+from payments.checkout import KeyedCheckout, order_open, order_stock_reserve
 from payments.testing import STRATEGIES
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -116,7 +116,7 @@ def naive_cart_checkout(customer, cart_id, read_done):
         read_done.wait(timeout=60)
         if status != "open":
             return "checked_out"
-        order = checkout_in_transaction(customer=customer, items=items)
+        order = order_stock_reserve(opened=order_open(customer=customer, items=items))
         with connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE carts SET status = 'checked_out', order_id = %s WHERE id = %s", [order.order_id, cart_id]
@@ -139,7 +139,7 @@ def test_control_read_then_checkout_without_the_claim_makes_several_orders(make_
 
 
 class RowHolder:
-    """Another transaction holding the product's inventory row ``FOR UPDATE`` (the strongest row lock) until
+    """Another transaction holding the product's stock row (bucket 0) ``FOR UPDATE`` (the strongest row lock) until
     released: what a long checkout of a hot product looks like to everyone else."""
 
     def __init__(self, product_id):

@@ -14,6 +14,7 @@ from inventory.models import Inventory, StockBucket
 from inventory.services import stock_adjust
 from inventory.tests.test_sale_window import set_window
 from orders.models import Order
+from payments import checkout
 from payments.models import IdempotencyKey, PaymentAttempt
 
 pytestmark = pytest.mark.django_db
@@ -364,6 +365,57 @@ def test_a_keyed_refusal_is_stored_and_the_cart_stays_open(api, make_product, se
     assert Cart.objects.get(pk=cart["cart_id"]).status == "open"
     assert Order.objects.count() == 0
     assert api.post(f"/v1/carts/{cart['cart_id']}/checkout", HTTP_IDEMPOTENCY_KEY="cart-key-3").status_code == 201
+
+
+def test_a_keyed_cart_checkout_before_the_sale_is_not_stored_and_the_same_key_buys_once_it_opens(api, make_product):
+    """409 sale_not_started carries Retry-After: a client that retries the cart's checkout with the same key after the
+    opening must get the order, not the refusal replayed (payments.checkout.replayable, the one rule for both
+    endpoints)."""
+    product = make_product(stock=5, price="20.00")
+    set_window(product, starts_in=30, ends_in=3600, price="15.00")
+    cart = create(api, [{"product_id": product.pk, "qty": 1}])
+    headers = {"HTTP_IDEMPOTENCY_KEY": "opening-click"}
+    before = state()
+
+    early = api.post(f"/v1/carts/{cart['cart_id']}/checkout", **headers)
+
+    assert (early.status_code, early.json()["code"]) == (409, "sale_not_started")
+    assert int(early["Retry-After"]) >= 1
+    assert "Idempotent-Replayed" not in early
+    assert not IdempotencyKey.objects.filter(key="opening-click").exists()  # rolled back with the checkout
+    assert state() == before  # the cart is still open, its expiry unmoved
+    set_window(product, starts_in=-1, ends_in=3600, price="15.00")  # the sale opens
+    bought = api.post(f"/v1/carts/{cart['cart_id']}/checkout", **headers)
+    replayed = api.post(f"/v1/carts/{cart['cart_id']}/checkout", **headers)
+
+    assert bought.status_code == 201, bought.content
+    assert "Idempotent-Replayed" not in bought
+    assert bought.json()["total"] == "15.00"
+    assert (replayed.status_code, replayed.json(), replayed["Idempotent-Replayed"]) == (201, bought.json(), "true")
+    assert IdempotencyKey.objects.get(key="opening-click").response_status == 201
+    stored = Cart.objects.get(pk=cart["cart_id"])
+    assert (stored.status, stored.order_id) == ("checked_out", bought.json()["order_id"])
+    assert Order.objects.count() == 1
+    assert_invariants()
+
+
+def test_control_a_stored_sale_not_started_would_burn_the_carts_key(api, make_product, monkeypatch):
+    """CONTROL: with the naive rule "store every 4xx under its key", the cart's retry after the opening replays the
+    409 and the cart is never bought with that key."""
+    monkeypatch.setattr(checkout, "replayable", lambda exc: 400 <= exc.http_status < 500)
+    product = make_product(stock=5)
+    set_window(product, starts_in=30, ends_in=3600)
+    cart = create(api, [{"product_id": product.pk, "qty": 1}])
+    headers = {"HTTP_IDEMPOTENCY_KEY": "opening-click"}
+
+    api.post(f"/v1/carts/{cart['cart_id']}/checkout", **headers)
+    set_window(product, starts_in=-1, ends_in=3600)
+    after_opening = api.post(f"/v1/carts/{cart['cart_id']}/checkout", **headers)
+
+    assert (after_opening.status_code, after_opening.json()["code"]) == (409, "sale_not_started")
+    assert after_opening["Idempotent-Replayed"] == "true"
+    assert Order.objects.count() == 0
+    assert Cart.objects.get(pk=cart["cart_id"]).status == "open"
 
 
 def test_carts_show_the_sale_price_and_window_and_checkout_refuses_outside_it_like_v1_checkout(api, make_product):

@@ -5,7 +5,7 @@ them is one of two forms that call ``inventory.services`` (``inventory.admin.sto
 
 * *Adjust* (``stock_adjust``): a signed delta applied with an F-expression, refused if available stock would
   go below zero;
-* *Set counted stock* (``stock_set_counted``): an absolute figure, accepted only if the inventory row still
+* *Set counted stock* (``stock_set_counted``): an absolute figure, accepted only if the stock still
   has the ``version`` the form was loaded with.
 
 Both need the ``inventory.adjust_stock`` permission (group "Stock managers"); anyone else gets 403.

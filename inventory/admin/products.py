@@ -12,7 +12,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from inventory import services
+from inventory import catalogue, services
+from inventory.admin.product_form import ProductVersionForm
 from inventory.models import Inventory, Product
 from skincare.admin_helpers import ReadOnlyAdminMixin
 
@@ -60,11 +61,12 @@ class ProductAdmin(admin.ModelAdmin):
     list_select_related = ["inventory"]
     inlines = [InventoryInline]
     readonly_fields = ["created_at", "updated_at"]
+    form = ProductVersionForm  # a stale page cannot write back an old window or price (product_form.py)
 
     def get_fields(self, request: HttpRequest, obj: Product | None = None) -> list[str]:
         fields = ["sku", "name", "price", "max_per_customer", "is_active", "inventory_strategy", "stock_buckets"]
         fields += ["sale_starts_at", "sale_ends_at", "sale_price"]
-        return [*fields, *([] if obj is None else ["created_at", "updated_at"])]
+        return [*fields, *([] if obj is None else ["created_at", "updated_at", "loaded_version"])]
 
     def has_delete_permission(self, request: HttpRequest, obj: Product | None = None) -> bool:
         return False  # products are referenced by orders and the ledger; deactivate instead
@@ -98,8 +100,8 @@ class ProductAdmin(admin.ModelAdmin):
                 services.stock_buckets_set(product_id=obj.pk, buckets=buckets, actor=request.user)
                 obj.stock_buckets = buckets
             return
-        # A new product gets its inventory row through the service (stock 0; add stock with Adjust).
-        created = services.product_create(
+        # A new product gets its stock row through the service (stock 0; add stock with Adjust).
+        created = catalogue.product_create(
             sku=obj.sku,
             name=obj.name,
             price=obj.price,
@@ -110,7 +112,7 @@ class ProductAdmin(admin.ModelAdmin):
             actor=request.user,
         )
         if obj.sale_starts_at or obj.sale_ends_at or obj.sale_price is not None:
-            created = services.product_sale_set(
+            created = catalogue.product_sale_set(
                 product_id=created.pk,
                 starts_at=obj.sale_starts_at,
                 ends_at=obj.sale_ends_at,

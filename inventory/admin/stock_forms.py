@@ -1,5 +1,6 @@
 """The two stock forms of the admin, as views of ``InventoryAdmin``. Each calls one ``inventory.services``
-function and turns its domain errors into a message on the same form (409) or a 404."""
+function and turns its domain errors into a message on the same form (409; 503 with ``Retry-After`` when the stock
+rows stayed locked past the lock timeout, e.g. by checkouts in a sale) or a 404."""
 
 import functools
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from inventory import services
 from inventory.exceptions import ProductNotFound, StaleStockVersion, StockWouldGoNegative
 from inventory.forms import AdjustStockForm, SetCountedStockForm
 from inventory.models import Inventory
+from skincare.errors import ServiceBusy
 
 if TYPE_CHECKING:
     from inventory.admin.stock import InventoryAdmin
@@ -57,6 +59,17 @@ def _render(
     return TemplateResponse(request, template, context, status=status)
 
 
+def _busy(render: Any, request: HttpRequest, product_id: int, form: Any, exc: ServiceBusy) -> TemplateResponse:
+    """The stock rows stayed locked past the lock timeout (the runner gave up): nothing was written, say so on the
+    same form, which keeps what was typed."""
+    messages.error(
+        request, "The stock is busy right now (checkouts hold it); nothing was changed. Try again in a moment."
+    )
+    response = render(inventory=_inventory_or_404(product_id), form=form, status=exc.http_status)
+    response["Retry-After"] = str(exc.retry_after)
+    return response
+
+
 def adjust_view(model_admin: "InventoryAdmin", request: HttpRequest, product_id: int) -> HttpResponse:
     if not can_adjust_stock(request):
         raise PermissionDenied
@@ -79,6 +92,8 @@ def adjust_view(model_admin: "InventoryAdmin", request: HttpRequest, product_id:
                 "available stock below zero. Nothing was changed.",
             )
             return render(inventory=inventory, form=form, status=409)
+        except ServiceBusy as exc:
+            return _busy(render, request, product_id, form, exc)
         except ProductNotFound:
             raise Http404(f"No inventory for product {product_id}.") from None
         messages.success(
@@ -124,6 +139,8 @@ def set_counted_view(model_admin: "InventoryAdmin", request: HttpRequest, produc
         # A fresh form with the current version: the count has to be typed again against current figures.
         fresh = SetCountedStockForm(initial={"version": inventory.version, "note": form.cleaned_data["note"]})
         return render(inventory=inventory, form=fresh, status=409)
+    except ServiceBusy as exc:
+        return _busy(render, request, product_id, form, exc)
     except ProductNotFound:
         raise Http404(f"No inventory for product {product_id}.") from None
     if counted == before and inventory.version == version:

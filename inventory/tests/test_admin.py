@@ -1,16 +1,19 @@
 """The ops admin: pages load, stock changes only through the service-backed forms, permissions hold."""
 
+import threading
 from decimal import Decimal
 
 import pytest
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.messages import get_messages
+from django.db import connection, connections, transaction
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from devtools.testing import assert_invariants
-from inventory.models import Inventory, Product, StockMovement
+from inventory.admin.product_form import product_version
+from inventory.models import Inventory, Product, StockBucket, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order, Reservation
 from payments import services as payment_services
@@ -91,6 +94,7 @@ def pay(order, amount=None, event_id=None):
         event_type=payment_services.EVENT_SUCCEEDED,
         order_id=order.pk,
         amount=order.total if amount is None else amount,
+        currency=order.currency,
     )
 
 
@@ -209,6 +213,7 @@ def test_product_edit_cannot_smuggle_a_stock_change(manager_client, shop):
             "sku": serum.sku,
             "name": "Serum, renamed",
             "price": "12.50",
+            "loaded_version": product_version(serum.pk),  # the page as loaded (issue 27's stale-page check)
             "is_active": "on",
             "inventory_strategy": "guarded_update",  # the form's select always submits a value
             "stock_buckets": "1",
@@ -304,6 +309,50 @@ def test_adjust_below_zero_shows_a_message_and_writes_nothing(manager_client, sh
     assert stock(serum) == before
     assert StockMovement.objects.count() == ledger_rows
     assert_invariants()
+
+
+@pytest.mark.django_db(transaction=True)  # the holder's connection must see the product
+@pytest.mark.parametrize("form", ["adjust", "set_counted"])
+def test_a_stock_form_while_checkouts_hold_the_row_says_busy_and_writes_nothing(manager_client, make_product, form):
+    """The ops writes run through the transaction runner: a lock timeout is ``ServiceBusy``, which the form shows as
+    a message with 503 and Retry-After (not a 500), keeping what was typed."""
+    product = make_product(stock=4)
+    before, ledger_rows = stock(product), StockMovement.objects.count()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_row():
+        try:
+            with transaction.atomic():
+                list(StockBucket.objects.select_for_update(no_key=True).filter(product=product))
+                held.set()
+                assert release.wait(timeout=60)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_row)
+    holder.start()
+    try:
+        assert held.wait(timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '300ms'")
+        if form == "adjust":
+            response = manager_client.post(adjust_url(product), {"delta": "5", "note": "carton found"})
+        else:
+            data = {"counted": "9", "version": str(before[2]), "note": "carton found"}
+            response = manager_client.post(set_counted_url(product), data)
+    finally:
+        release.set()
+        holder.join(timeout=60)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+
+    assert (response.status_code, response["Retry-After"]) == (503, "1")
+    assert messages_of(response) == [
+        ("error", "The stock is busy right now (checkouts hold it); nothing was changed. Try again in a moment.")
+    ]
+    assert "carton found" in response.content.decode()  # the form keeps what was typed
+    assert stock(product) == before
+    assert StockMovement.objects.count() == ledger_rows
 
 
 @pytest.mark.parametrize(

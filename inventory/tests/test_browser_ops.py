@@ -20,7 +20,7 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 from devtools.testing import assert_invariants, run_concurrently
-from inventory import services
+from inventory import catalogue
 from inventory.models import Inventory, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.models import Reservation
@@ -102,7 +102,7 @@ def checkout_on_another_connection(customer, product_id, qty):
 
 def test_stock_manager_adjusts_then_a_stale_count_is_refused(launch_browser, live_server, stock_manager, make_customer):
     browser = launch_browser()
-    product = services.product_create(
+    product = catalogue.product_create(
         sku="SRM-NIA-10", name="Niacinamide 10% Serum (flash sale)", price=Decimal("129000.00"), initial_stock=100
     )
     checkout_on_another_connection(make_customer(), product.pk, 3)  # the sale is on: 97 available, 3 reserved

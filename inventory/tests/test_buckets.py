@@ -15,7 +15,8 @@ from django.core.management import call_command
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently, wait_for_lock_waiters
-from inventory import services
+from inventory import reserve, services
+from inventory.admin.product_form import product_version
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory, Product, StockBucket, StockMovement
 from orders import services as order_services
@@ -171,7 +172,7 @@ def test_a_checkout_never_waits_while_a_free_bucket_has_the_units(make_product, 
 def test_control_a_claim_that_waits_for_a_held_bucket_times_out(make_product, customer, settings, monkeypatch):
     """The same with the claim's SKIP LOCKED removed: it picks a held bucket (7 in 8 each time) and waits for it."""
     settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
-    monkeypatch.setattr(services, "CLAIM_BUCKET_SQL", services.CLAIM_BUCKET_SQL.replace(" SKIP LOCKED", ""))
+    monkeypatch.setattr(reserve, "CLAIM_BUCKET_SQL", reserve.CLAIM_BUCKET_SQL.replace(" SKIP LOCKED", ""))
     product = make_product(stock=80, buckets=8)
     release, held = threading.Event(), threading.Event()
     holder = threading.Thread(
@@ -222,12 +223,12 @@ def test_when_every_bucket_with_units_is_held_the_checkout_waits_and_buys(make_p
 def test_control_without_the_fallback_a_held_bucket_is_a_false_sold_out(make_product, customer, monkeypatch):
     """The same with the refusal right after the claim (no waiting pass, no full pass): a 409 while the product
     still has its unit."""
-    monkeypatch.setattr(services, "WAITING_PASSES", 0)
+    monkeypatch.setattr(reserve, "WAITING_PASSES", 0)
 
-    def refuse(line, *, order_id, ledger_written):
+    def refuse(line, *, order_id):
         raise StockConflict(product_ids=[line.product_id])
 
-    monkeypatch.setattr(services, "_reserve_from_all", refuse)
+    monkeypatch.setattr(reserve, "_reserve_from_all", refuse)
     product = make_product(stock=1, buckets=4)
     release, held = threading.Event(), threading.Event()
     holder = threading.Thread(target=hold_buckets, args=(product, [0]), kwargs={"release": release, "held": held})
@@ -259,10 +260,10 @@ def test_a_request_larger_than_any_bucket_moves_units_and_sells(make_product, cu
 
 @pytest.mark.django_db(transaction=True)
 def test_control_without_the_full_pass_a_request_larger_than_any_bucket_is_refused(make_product, customer, monkeypatch):
-    def refuse(line, *, order_id, ledger_written):
+    def refuse(line, *, order_id):
         raise StockConflict(product_ids=[line.product_id])
 
-    monkeypatch.setattr(services, "_reserve_from_all", refuse)
+    monkeypatch.setattr(reserve, "_reserve_from_all", refuse)
     product = make_product(stock=8, buckets=8)
     with pytest.raises(StockConflict):
         place_order(customer=customer, items=[(product.pk, 5)])
@@ -324,9 +325,9 @@ def test_the_checkout_reads_k_and_claims_in_one_statement(make_product, customer
 
     with connection.execute_wrapper(record):
         checkouts.checkout(customer=customer, items=[(product.pk, 1)])
-    assert sent.count(services.CLAIM_BUCKET_SQL) == 1
-    assert sent.index(services.CLAIM_BUCKET_SQL) > sent.index(checkouts.ORDER_SQL)
-    assert services.CLAIM_WAITING_SQL not in sent
+    assert sent.count(reserve.CLAIM_BUCKET_SQL) == 1
+    assert sent.index(reserve.CLAIM_BUCKET_SQL) > sent.index(checkouts.ORDER_SQL)
+    assert reserve.CLAIM_WAITING_SQL not in sent
 
 
 @pytest.mark.django_db
@@ -352,6 +353,7 @@ def test_stock_managers_set_the_buckets_in_the_admin(make_product):
                 "is_active": "on",
                 "inventory_strategy": strategy,
                 "stock_buckets": str(buckets),
+                "loaded_version": product_version(product.pk),  # the page as loaded (issue 27)
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",

@@ -1,5 +1,5 @@
 """The full pass of a bucketed product locks every stock row of the product before it reads them
-(``LOCK_ALL_BUCKETS_SQL`` in ``inventory.services``, docs/strategies.md#stock-buckets).
+(``LOCK_ALL_BUCKETS_SQL`` in ``inventory.buckets``, docs/strategies.md#stock-buckets).
 
 Deterministic, unlike the storm test that changes K: one transaction holds an uncommitted change of bucket 0 (an
 ops adjustment that took one damaged unit), and a checkout asks for more units than any bucket has, so it goes
@@ -14,7 +14,7 @@ import pytest
 from django.db import transaction
 
 from devtools.testing import ThreadRun, assert_invariants, wait_for_lock_waiters
-from inventory import services
+from inventory import buckets, services
 from inventory.exceptions import InventoryCorrupted
 from inventory.models import StockBucket, StockMovement
 from payments.testing import place_order
@@ -69,9 +69,9 @@ def test_the_full_pass_waits_for_a_held_stock_row_and_counts_what_it_holds(make_
 
 @pytest.mark.django_db(transaction=True)
 def test_control_a_full_pass_that_reads_without_the_lock_plans_on_stale_figures(make_product, customer, monkeypatch):
-    unlocked = services.LOCK_ALL_BUCKETS_SQL.replace("FOR NO KEY UPDATE", "")
-    assert unlocked != services.LOCK_ALL_BUCKETS_SQL
-    monkeypatch.setattr(services, "LOCK_ALL_BUCKETS_SQL", unlocked)
+    unlocked = buckets.LOCK_ALL_BUCKETS_SQL.replace("FOR NO KEY UPDATE", "")
+    assert unlocked != buckets.LOCK_ALL_BUCKETS_SQL
+    monkeypatch.setattr(buckets, "LOCK_ALL_BUCKETS_SQL", unlocked)
     product = make_product(stock=6, buckets=2)
 
     outcome = buy_five_while_bucket_0_changes(product, customer)

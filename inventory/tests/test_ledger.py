@@ -9,7 +9,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
 from devtools.testing import assert_invariants
-from inventory import services
+from inventory import catalogue, services
 from inventory.exceptions import StaleStockVersion, StockConflict, StockWouldGoNegative
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
@@ -48,8 +48,8 @@ def counters(product):
 
 def test_product_create_writes_one_restock_row_for_initial_stock(ops_user):
     marker = last_id()
-    product = services.product_create(sku="LEDGER-1", name="Serum", price="10.00", initial_stock=7, actor=ops_user)
-    empty = services.product_create(sku="LEDGER-2", name="Toner", price="10.00", initial_stock=0)
+    product = catalogue.product_create(sku="LEDGER-1", name="Serum", price="10.00", initial_stock=7, actor=ops_user)
+    empty = catalogue.product_create(sku="LEDGER-2", name="Toner", price="10.00", initial_stock=0)
 
     assert rows_since(marker) == [(R.RESTOCK, product.pk, 7, 0, None, ops_user.pk, "initial stock")]
     assert counters(product)[:2] == (7, 0)
@@ -96,6 +96,7 @@ def test_payment_writes_one_consume_row_per_line(make_product, customer):
         event_type=payment_services.EVENT_SUCCEEDED,
         order_id=order.pk,
         amount=order.total,
+        currency=order.currency,
     )
 
     assert outcome == "paid"

@@ -20,8 +20,6 @@ def test_products_are_public_with_available_stock(client, make_product):
                 "price": "99.90",
                 "max_per_customer": None,
                 "available_stock": 7,
-                "inventory_strategy": "guarded_update",
-                "stock_buckets": 1,
                 "sale_price": None,
                 "sale_starts_at": None,
                 "sale_ends_at": None,

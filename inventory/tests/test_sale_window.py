@@ -10,7 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from inventory import services
+from inventory import catalogue
+from inventory.admin.product_form import product_version
 from inventory.exceptions import ProductNotFound
 from inventory.models import Product
 from inventory.tests.test_admin import client_for, make_staff
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.django_db
 def set_window(product, *, starts_in=None, ends_in=None, price=None, max_per_customer=None):
     """Give ``product`` a window relative to the database clock (seconds; None = that end is open)."""
     now = db_now()
-    return services.product_sale_set(
+    return catalogue.product_sale_set(
         product_id=product.pk,
         starts_at=None if starts_in is None else now + timedelta(seconds=starts_in),
         ends_at=None if ends_in is None else now + timedelta(seconds=ends_in),
@@ -91,7 +92,7 @@ def test_a_bad_window_is_refused_and_changes_nothing(make_product, window, probl
 
 def test_sale_set_on_an_unknown_product_is_not_found():
     with pytest.raises(ProductNotFound):
-        services.product_sale_set(
+        catalogue.product_sale_set(
             product_id=424242, starts_at=None, ends_at=None, sale_price=None, max_per_customer=None
         )
 
@@ -188,6 +189,7 @@ def test_stock_manager_edits_the_window_in_the_admin_and_a_viewer_cannot(make_pr
         "inventory-MIN_NUM_FORMS": "0",
         "inventory-MAX_NUM_FORMS": "1",
         "inventory-0-product": str(product.pk),
+        "loaded_version": product_version(product.pk),  # the page as loaded (issue 27's stale-page check)
     }
 
     page = manager.get(url).content.decode()

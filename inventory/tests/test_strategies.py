@@ -15,7 +15,8 @@ from django.db import connection
 from django.test import Client
 
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
-from inventory import services as inventory_services
+from inventory import reserve
+from inventory.admin.product_form import product_version
 from inventory.exceptions import LockBusy, StockConflict
 from inventory.models import Inventory, InventoryStrategy, Product
 from inventory.permissions import ensure_ops_groups
@@ -33,8 +34,8 @@ def conninfo():
 
 
 def is_reserve(sql):
-    """The guarded reservation UPDATE (plain or at a version), as ``inventory.services`` sends it."""
-    return sql in (inventory_services.RESERVE_SQL, inventory_services.RESERVE_AT_VERSION_SQL)
+    """The reserve statement on bucket 0 (plain or at a version), as ``inventory.reserve`` sends it."""
+    return sql in (reserve.RESERVE_SQL, reserve.RESERVE_AT_VERSION_SQL)
 
 
 PRODUCT_KEY_LOCK = "SELECT pg_advisory_xact_lock(%s)"  # skincare.locks.advisory_xact_lock, one key per statement
@@ -48,8 +49,8 @@ def statements_of_one_checkout(customer, product):
         sent.append(sql)
         result = execute(sql, params, many, context)
         if is_reserve(sql):
-            context["cursor"].execute("SHOW transaction_isolation")
-            isolation.append(context["cursor"].fetchone()[0])
+            # on a cursor of its own: the reserve statement's answer (the bucket taken) is still to be read
+            isolation.append(context["cursor"].connection.execute("SHOW transaction_isolation").fetchone()[0])
         return result
 
     with connection.execute_wrapper(record):
@@ -79,6 +80,7 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
                 "is_active": "on",
                 "inventory_strategy": strategy,
                 "stock_buckets": "1",
+                "loaded_version": product_version(product.pk),  # the page as loaded (issue 27)
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",
@@ -108,9 +110,17 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
 
 
 @pytest.mark.django_db
-def test_the_product_api_shows_the_strategy(client, make_product):
+def test_the_strategy_and_buckets_stay_in_the_admin_not_the_public_api(client, make_product):
+    """Ops internals (issue 27): the public product API shows what a shopper needs; the admin lists the strategy."""
     product = make_product(stock=1, strategy=S.ADVISORY)
-    assert client.get(f"/v1/products/{product.pk}").json()["inventory_strategy"] == "advisory"
+    shown = client.get(f"/v1/products/{product.pk}").json()
+    assert shown["id"] == product.pk and shown["available_stock"] == 1
+    assert "inventory_strategy" not in shown and "stock_buckets" not in shown
+    listed = client.get("/v1/products").json()["products"]
+    assert all("inventory_strategy" not in p and "stock_buckets" not in p for p in listed)
+    from inventory.admin.products import ProductAdmin
+
+    assert {"inventory_strategy", "stock_buckets"} <= set(ProductAdmin.list_display)
 
 
 def hold_inventory_row(product):

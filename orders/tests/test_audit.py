@@ -37,6 +37,7 @@ def pay(order):
         event_type=payment_services.EVENT_SUCCEEDED,
         order_id=order.pk,
         amount=order.total,
+        currency=order.currency,
     )
 
 
@@ -164,12 +165,28 @@ def corrupt_bucket_reserved_vs_reservations(shop):
     return serum.pk
 
 
+def corrupt_reservation_bucket_vs_ledger(shop):
+    """Reserved units moved to another bucket, with ledger rows, and the reservation renamed after them: the
+    counters and the reservations agree, but the reservation no longer names the bucket its reserve row took."""
+    serum = shop["serum"]
+    reservation = Reservation.objects.get(order=shop["bucketed"], product=serum)
+    other = (reservation.bucket + 1) % 4
+    for bucket, delta in ((reservation.bucket, -1), (other, 1)):
+        StockBucket.objects.filter(product=serum, bucket=bucket).update(reserved_stock=F("reserved_stock") + delta)
+        StockMovement.objects.create(
+            product=serum, bucket=bucket, available_delta=0, reserved_delta=delta, reason="rebalance", note="corrupt"
+        )
+    Reservation.objects.filter(pk=reservation.pk).update(bucket=other)
+    return reservation.pk
+
+
 CORRUPTIONS = {
     "negative_stock": corrupt_negative_stock,
     "reserved_vs_active_reservations": corrupt_reserved_vs_active_reservations,
     "counters_vs_ledger": corrupt_counters_vs_ledger,
     "bucket_counters_vs_ledger": corrupt_bucket_counters_vs_ledger,
     "bucket_reserved_vs_reservations": corrupt_bucket_reserved_vs_reservations,
+    "reservation_bucket_vs_ledger": corrupt_reservation_bucket_vs_ledger,
     "consumed_vs_ledger": corrupt_consumed_vs_ledger,
     "order_vs_reservations": corrupt_order_vs_reservations,
     "reservation_expiry_vs_order": corrupt_reservation_expiry_vs_order,

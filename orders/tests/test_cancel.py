@@ -82,7 +82,11 @@ def test_cancel_twice_is_409_and_changes_nothing(api, order):
 @pytest.mark.django_db
 def test_cancel_of_paid_order_is_409_and_changes_nothing(api, order):
     services.payment_event_apply(
-        event_id="evt-paid", event_type=services.EVENT_SUCCEEDED, order_id=order.pk, amount=order.total
+        event_id="evt-paid",
+        event_type=services.EVENT_SUCCEEDED,
+        order_id=order.pk,
+        amount=order.total,
+        currency=order.currency,
     )
     before = state()
 

@@ -110,13 +110,13 @@ def without_the_customer_lock(monkeypatch, parties):
     assert unlocked != checkouts.QUOTES_SQL
     monkeypatch.setattr(checkouts, "QUOTES_SQL", unlocked)
     all_checked = threading.Barrier(parties)
-    real = checkouts._reserve_stock
+    real = checkouts.order_stock_reserve
 
-    def reserve_after_everyone_checked(order, lines):
+    def reserve_after_everyone_checked(*, opened):
         all_checked.wait(timeout=60)
-        return real(order, lines)
+        return real(opened=opened)
 
-    monkeypatch.setattr(checkouts, "_reserve_stock", reserve_after_everyone_checked)
+    monkeypatch.setattr(checkouts, "order_stock_reserve", reserve_after_everyone_checked)
 
 
 @pytest.mark.django_db(transaction=True)

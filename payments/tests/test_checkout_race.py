@@ -151,12 +151,12 @@ def test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_re
     """checkout refuses visibly sold-out products early with an unlocked read. That read is only a shortcut:
     here every buyer passes it (all see the last unit) before any of them reserves, so the guarded UPDATE is
     the only thing left between them and an oversell."""
-    from inventory import services as inventory_services
+    from inventory import reserve as inventory_reserve
 
     product = make_product(stock=1)
     buyers = [make_customer() for _ in range(20)]
     all_read = threading.Barrier(20)
-    real_reserve = inventory_services.stock_reserve
+    real_reserve = inventory_reserve.stock_reserve
     waited = threading.local()
 
     def reserve_after_everyone_read(**kwargs):
@@ -165,7 +165,7 @@ def test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_re
             all_read.wait(timeout=60)
         return real_reserve(**kwargs)
 
-    monkeypatch.setattr(inventory_services, "stock_reserve", reserve_after_everyone_read)
+    monkeypatch.setattr(inventory_reserve, "stock_reserve", reserve_after_everyone_read)
 
     outcomes = run_concurrently(20, lambda i: checkout_or_conflict(buyers[i], [(product.pk, 1)]))
 

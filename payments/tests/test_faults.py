@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from devtools.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
+from inventory import reserve as inventory_reserve
 from inventory import services as inventory_services
 from inventory.models import Inventory, StockBucket, StockMovement
 from orders.audit import audit_inventory
@@ -136,12 +137,12 @@ def test_control_checkout_steps_in_separate_transactions_leave_a_half_written_or
 
     def naive_checkout():
         with transaction.atomic():  # the order's rows commit on their own
-            order, reserve = checkouts._open_order(customer=customer, quantities={product.pk: 2})
+            opened = checkouts.order_open(customer=customer, items=[(product.pk, 2)])
         pids.append(backend_pid())
         paused.set()
         resume.wait(timeout=60)
         with transaction.atomic():
-            checkouts._reserve_stock(order, reserve)
+            checkouts.order_stock_reserve(opened=opened)
 
     run = ThreadRun(naive_checkout)
     assert paused.wait(timeout=60)
@@ -303,8 +304,8 @@ def test_stock_adjust_racing_a_checkout_keeps_the_reservation(make_product, cust
     F-expression adjustment waits for the row and adds to the newest figure: both changes survive. The control
     (read, then write the absolute figure) overwrites the checkout's reservation."""
     product = make_product(stock=10)
-    pause = PauseAfter(inventory_services.stock_reserve)
-    monkeypatch.setattr(inventory_services, "stock_reserve", pause)
+    pause = PauseAfter(inventory_reserve.stock_reserve)
+    monkeypatch.setattr(inventory_reserve, "stock_reserve", pause)
 
     checkout = ThreadRun(lambda: place_order(customer=customer, items=[(product.pk, 3)]))
     assert pause.paused.wait(timeout=60)

@@ -61,7 +61,7 @@ def test_hostile_signature_header_is_401_and_changes_nothing(order, case):
 
 
 def test_verify_raises_only_invalid_signature_for_every_hostile_header():
-    body = {"event_id": "evt", "type": "payment.succeeded", "order_id": 1, "amount": "1.00"}
+    body = {"event_id": "evt", "type": "payment.succeeded", "order_id": 1, "amount": "1.00", "currency": "IDR"}
     for case, build in HOSTILE.items():
         with pytest.raises(signing.InvalidSignature):
             signing.verify(header=build(body), body=encode(body), secret=SECRET, tolerance_seconds=300)

@@ -138,16 +138,16 @@ def test_domain_refusals_are_stored_and_replayed(api, make_product):
 def test_a_503_is_not_stored_and_the_retry_runs(api, make_product, monkeypatch):
     product = make_product(stock=5)
     body = {"items": [{"product_id": product.pk, "qty": 1}]}
-    real = checkouts._reserve_stock
+    real = checkouts.order_stock_reserve
     calls = []
 
-    def busy_once(order, lines):
+    def busy_once(*, opened):
         calls.append(1)
         if len(calls) == 1:
             raise ServiceBusy()
-        return real(order, lines)
+        return real(opened=opened)
 
-    monkeypatch.setattr(checkouts, "_reserve_stock", busy_once)
+    monkeypatch.setattr(checkouts, "order_stock_reserve", busy_once)
 
     busy = post(api, body, key="retry-me")
     retried = post(api, body, key="retry-me")
@@ -224,15 +224,15 @@ def test_a_duplicate_waits_for_the_first_and_the_wait_is_bounded(make_product, c
     gives up with 503 busy and writes nothing); once the first commits, the same request replays its answer."""
     product = make_product(stock=5)
     inside, release = threading.Event(), threading.Event()
-    real = checkouts._reserve_stock
+    real = checkouts.order_stock_reserve
 
-    def held(order, lines):
+    def held(*, opened):
         if threading.current_thread().name == "first":
             inside.set()
             assert release.wait(timeout=60)
-        return real(order, lines)
+        return real(opened=opened)
 
-    monkeypatch.setattr(checkouts, "_reserve_stock", held)
+    monkeypatch.setattr(checkouts, "order_stock_reserve", held)
     results = {}
 
     def first():

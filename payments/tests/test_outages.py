@@ -127,7 +127,13 @@ def endpoints(base, token, product, order):
     """One request to every endpoint: name → (status, headers, body)."""
     auth = {"Authorization": f"Bearer {token}"}
     event = json.dumps(
-        {"event_id": f"evt-{time.monotonic_ns()}", "type": "payment.failed", "order_id": order.pk, "amount": "1.00"}
+        {
+            "event_id": f"evt-{time.monotonic_ns()}",
+            "type": "payment.failed",
+            "order_id": order.pk,
+            "amount": "1.00",
+            "currency": "IDR",
+        }
     ).encode()
     webhook_headers = {"Content-Type": "application/json", "X-Signature": signing.sign(body=event, secret=SECRET)}
     admin = urllib.request.build_opener(NoRedirect)

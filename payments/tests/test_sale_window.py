@@ -14,7 +14,7 @@ from django.db import connection, connections
 from rest_framework.test import APIClient
 
 from devtools.testing import assert_invariants, run_concurrently, wait_until
-from inventory import services, soldout
+from inventory import catalogue, soldout
 from inventory.exceptions import SaleNotStarted
 from inventory.models import Inventory, StockMovement
 from inventory.tests.test_sale_window import set_window
@@ -421,7 +421,7 @@ def test_a_window_closed_mid_storm_sells_nothing_after_the_edit(make_product, ma
             return keep_buying(i)
         wait_until(lambda: Order.objects.count() >= 40, timeout=60, what="40 orders in the storm")
         ends_at = db_now()  # "end it now", as the admin's "now" shortcut would
-        services.product_sale_set(
+        catalogue.product_sale_set(
             product_id=product.pk,
             starts_at=product.sale_starts_at,
             ends_at=ends_at,

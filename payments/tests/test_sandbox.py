@@ -347,7 +347,11 @@ def test_control_the_event_a_press_sent_before_the_fix_makes_a_refund_required(o
 
     order_services.order_cancel(customer=customer, order_id=order.pk)
     outcome = services.payment_event_apply(
-        event_id="sandbox-old", event_type=services.EVENT_SUCCEEDED, order_id=order.pk, amount=order.total
+        event_id="sandbox-old",
+        event_type=services.EVENT_SUCCEEDED,
+        order_id=order.pk,
+        amount=order.total,
+        currency=order.currency,
     )
     assert outcome == "refund_required"
 
@@ -451,3 +455,34 @@ def test_log_records_that_print_the_path_are_redacted() -> None:
     assert RedactSecretPathsFilter().filter(record)
     assert record.getMessage() == "Forbidden (CSRF token missing.): /v1/payments/sandbox/<redacted>"
     assert record.request == "<WSGIRequest: POST '/v1/payments/sandbox/<redacted>'>"
+
+
+def test_gunicorns_error_log_is_redacted_too() -> None:
+    """gunicorn's own error log (``Error handling request <uri>``, a traceback that quotes the link) is redacted
+    like its access log (issue 27)."""
+    from gunicorn.config import Config
+
+    from skincare.logs import RedactingGunicornLogger
+
+    path = "/v1/payments/sandbox/secret-link-token:sig"
+    logger = RedactingGunicornLogger(Config())
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(logging.Formatter("%(message)s").format(record))
+
+    handler = Collect()
+    logger.error_log.addHandler(handler)
+    try:
+        logger.error("Error handling request %s", path)
+        try:
+            raise RuntimeError(f"worker timeout while serving {path}")
+        except RuntimeError:
+            logger.exception("Error handling request %s", path)
+    finally:
+        logger.error_log.removeHandler(handler)
+    assert len(seen) == 2
+    assert all("secret-link-token" not in line for line in seen), seen
+    assert "Error handling request /v1/payments/sandbox/<redacted>" in seen[0]
+    assert "worker timeout while serving /v1/payments/sandbox/<redacted>" in seen[1]  # the traceback's text

@@ -19,7 +19,7 @@ from inventory.models import Inventory, StockBucket, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services, signing
-from payments.models import PaymentAttempt, ProcessedEvent
+from payments.models import NEEDS_OPS, PaymentAttempt, ProcessedEvent
 from payments.testing import place_order
 
 SECRET = "whsec-test-lifecycle-secret"
@@ -41,12 +41,15 @@ def order(make_product, customer):
     return place_order(customer=customer, items=[(first.pk, 2), (second.pk, 1)])
 
 
-def event(order, *, event_id="evt-1", type=services.EVENT_SUCCEEDED, amount=None, reference="ch_1", **extra):
+def event(
+    order, *, event_id="evt-1", type=services.EVENT_SUCCEEDED, amount=None, currency="IDR", reference="ch_1", **extra
+):
     return {
         "event_id": event_id,
         "type": type,
         "order_id": order.pk,
         "amount": str(order.total) if amount is None else amount,
+        "currency": currency,
         "provider_reference": reference,
         **extra,
     }
@@ -254,6 +257,12 @@ MALFORMED_BODIES = {
     # The column is NUMERIC(12, 2): a larger figure can never be stored, so it is bad input, not a 500.
     "amount beyond the column": (_with(amount="10000000000.00"), "invalid_request", "amount"),
     "amount huge exponent": (_with(amount="1E+30"), "invalid_request", "amount"),
+    # Every event carries its currency (issue 27): without one the amount means nothing.
+    "no currency": (_without("currency"), "invalid_request", "currency"),
+    "currency lowercase": (_with(currency="idr"), "invalid_request", "currency"),
+    "currency number": (_with(currency=360), "invalid_request", "currency"),
+    "currency too long": (_with(currency="IDRX"), "invalid_request", "currency"),
+    "currency empty": (_with(currency=""), "invalid_request", "currency"),
     "reference number": (_with(provider_reference=5), "invalid_request", "provider_reference"),
     "reference too long": (_with(provider_reference="r" * 201), "invalid_request", "provider_reference"),
     "reference with NUL": (_with(provider_reference="ch\u0000"), "invalid_request", "provider_reference"),
@@ -348,6 +357,49 @@ def test_wrong_amount_is_recorded_and_leaves_the_order_alone(order):
     )
     assert after["events"] == [("evt-1", "amount_mismatch", order.pk)]
     assert_invariants()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("amount", [None, "1.00"])
+def test_another_currency_is_a_mismatch_never_a_payment(order, amount):
+    """A gateway account that takes several currencies: the order's number in a cheaper currency (or any number in
+    it) is recorded as a currency mismatch for ops, exactly like a wrong amount; the order is not paid."""
+    assert order.currency == "IDR"
+    before = db_state()
+
+    response = deliver(event(order, currency="JPY", amount=amount))
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "currency_mismatch", "event_id": "evt-1"}
+    after = db_state()
+    for unchanged in ("orders", "reservations", "inventories", "ledger"):
+        assert after[unchanged] == before[unchanged], unchanged
+    attempt = PaymentAttempt.objects.get(order=order)
+    received = order.total if amount is None else Decimal(amount)
+    assert (attempt.status, attempt.received_amount, attempt.received_currency) == (
+        "currency_mismatch",
+        received,
+        "JPY",
+    )
+    assert PaymentAttempt.objects.filter(status__in=NEEDS_OPS).count() == 1  # flagged for ops
+    assert after["events"] == [("evt-1", "currency_mismatch", order.pk)]
+    # Control: the same event in the order's currency pays it.
+    assert deliver(event(order, event_id="evt-2", reference="ch_2")).json()["status"] == "paid"
+    assert_invariants()
+
+
+@pytest.mark.django_db
+def test_the_order_shows_its_currency(order, customer, settings):
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {customer.api_token}")
+    assert order.currency == settings.SHOP_CURRENCY == "IDR"
+    assert client.get(f"/v1/orders/{order.pk}").json()["currency"] == "IDR"
+    created = client.post(
+        "/v1/checkout",
+        {"items": [{"product_id": order.lines.first().product_id, "qty": 1}]},
+        content_type="application/json",
+    )
+    assert created.status_code == 201, created.json()
+    assert created.json()["currency"] == "IDR"
 
 
 @pytest.mark.django_db

@@ -10,7 +10,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from devtools.testing import assert_invariants, run_concurrently, wait_for_lock_waiters
-from inventory import services as inventory_services
+from inventory import reserve as inventory_reserve
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
@@ -205,6 +205,7 @@ def test_payment_at_the_deadline_racing_the_sweeper(make_product, customer, monk
                     event_type=services.EVENT_SUCCEEDED,
                     order_id=order.pk,
                     amount=order.total,
+                    currency=order.currency,
                     provider_reference=f"ch_{i}",
                 )
             return hooks.sweep()
@@ -367,7 +368,9 @@ def naive_payment_apply(*, event_id, order_id, checked):
     with transaction.atomic():
         # Trusting the check, the handler applies the payment: the order's reservations are consumed.
         reservations = list(Reservation.objects.filter(order_id=order_id).order_by("product_id"))
-        inventory_services.stock_consume(lines=[(r.order_id, r.product_id, r.qty) for r in reservations])
+        inventory_reserve.stock_consume(
+            lines=[inventory_reserve.HeldUnits(r.order_id, r.product_id, r.bucket, r.qty) for r in reservations]
+        )
         Reservation.objects.filter(order_id=order_id).update(status="consumed")
         Order.objects.filter(pk=order_id).update(status="paid")
         with connection.cursor() as cursor:

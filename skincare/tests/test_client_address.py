@@ -5,7 +5,7 @@ import uuid
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import Client, RequestFactory
+from django.test import Client, RequestFactory, override_settings
 
 from skincare import checks
 from skincare.clientaddr import client_address, throttle_key
@@ -55,7 +55,7 @@ def test_ipv6_addresses_are_keyed_by_their_64() -> None:
 @pytest.mark.django_db
 @pytest.mark.parametrize("trusted", [["127.0.0.1/32"], ["0.0.0.0/0"]], ids=["proxy-only", "control-every-peer"])
 def test_a_forged_x_forwarded_for_from_an_untrusted_peer_is_ignored(settings, trusted) -> None:  # type: ignore[no-untyped-def]
-    settings.TRUSTED_PROXIES, settings.METRICS_TOKEN, settings.ADMIN_LOGIN_MAX_FAILURES = trusted, "", 3
+    settings.TRUSTED_PROXIES, settings.METRICS_TOKEN, settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = trusted, "", 3
     forger = Client(REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR="127.0.0.1")
     victim = "198.51.100.50"
 
@@ -74,7 +74,7 @@ def test_a_forged_x_forwarded_for_from_an_untrusted_peer_is_ignored(settings, tr
 @pytest.mark.django_db
 @pytest.mark.parametrize("trusted", [["127.0.0.1/32"], []], ids=["trusted-proxy", "control-no-trusted-proxy"])
 def test_behind_the_proxy_one_clients_failures_do_not_lock_out_another(settings, trusted) -> None:  # type: ignore[no-untyped-def]
-    settings.TRUSTED_PROXIES, settings.ADMIN_LOGIN_MAX_FAILURES = trusted, 5
+    settings.TRUSTED_PROXIES, settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = trusted, 5
     attacker = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="203.0.113.66")
     admin = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="198.51.100.77")
 
@@ -91,19 +91,19 @@ def test_behind_the_proxy_one_clients_failures_do_not_lock_out_another(settings,
 def test_a_username_with_spaces_counts_for_the_account(settings) -> None:  # type: ignore[no-untyped-def]
     settings.ADMIN_LOGIN_MAX_FAILURES = 3
     get_user_model().objects.create_user("demo-ops", password="right-password-for-tests", is_staff=True)
+    guesser = Client(REMOTE_ADDR="198.51.100.1")
 
-    for i, name in enumerate(["demo-ops ", " demo-ops", "demo-ops\t"]):  # each from an address of its own
-        assert login(Client(REMOTE_ADDR=f"198.51.100.{i + 1}"), name) == 200
+    for name in ["demo-ops ", " demo-ops", "demo-ops\t"]:
+        assert login(guesser, name) == 200
 
     assert list(AdminLoginFailure.objects.values_list("username", flat=True)) == ["demo-ops"] * 3
-    fresh = Client(REMOTE_ADDR="198.51.100.99")
-    assert login(fresh, "demo-ops ", "right-password-for-tests") == 429  # what the form would log in as demo-ops
-    assert login(fresh, "demo-ops", "right-password-for-tests") == 429
+    assert login(guesser, "demo-ops ", "right-password-for-tests") == 429  # what the form would log in as demo-ops
+    assert login(guesser, "demo-ops", "right-password-for-tests") == 429
 
 
 @pytest.mark.django_db
 def test_two_ipv6_addresses_in_one_64_share_a_counter(settings) -> None:  # type: ignore[no-untyped-def]
-    settings.ADMIN_LOGIN_MAX_FAILURES = 3
+    settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = 3
     for host in ("::a", "::b", "::c"):
         assert login(Client(REMOTE_ADDR=f"2001:db8:1:2{host}"), someone()) == 200
 
@@ -129,3 +129,71 @@ def test_trusted_proxies_must_be_networks(settings) -> None:  # type: ignore[no-
     assert [m.id for m in checks.client_address_settings()] == ["skincare.E010"]
     settings.TRUSTED_PROXIES = ["10.0.0.0/8", "::1", "fd00::/8"]
     assert checks.client_address_settings() == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 27: addresses that cannot be forged or lost
+
+
+def test_when_every_hop_is_trusted_the_client_written_entry_is_never_taken(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES = ["127.0.0.1/32", "10.0.0.0/8"]
+    # A client inside the trusted range (10.0.0.5) writes a victim's address; the proxy appends 10.0.0.5.
+    assert address(PROXY, "10.9.9.9, 10.0.0.5") == "10.0.0.5"
+    assert address(PROXY, "127.0.0.1") == "127.0.0.1"
+    # The right-most untrusted hop is still the client when there is one.
+    assert address(PROXY, "10.9.9.9, 198.51.100.1, 10.0.0.5") == "198.51.100.1"
+
+
+@pytest.mark.django_db
+def test_a_client_inside_the_trusted_range_cannot_pin_failures_on_a_victim(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES = ["127.0.0.1/32", "10.0.0.0/8"]
+    settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = 3
+    victim = "10.20.30.40"
+    inside = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=f"{victim}, 10.0.0.5")
+    for _ in range(3):
+        login(inside, someone())
+    assert set(AdminLoginFailure.objects.values_list("client_ip", flat=True)) == {"10.0.0.5"}
+    assert login(Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=victim), someone()) == 200
+
+
+def test_addresses_with_a_port_are_read() -> None:
+    assert address("198.51.100.1", None) == "198.51.100.1"
+    for forwarded, expected in [
+        ("198.51.100.1:51234", "198.51.100.1"),
+        ("[2001:db8::1]:443", "2001:db8::1"),
+        ("[2001:db8::1]", "2001:db8::1"),
+        ("6.6.6.6, 198.51.100.2:80", "198.51.100.2"),
+    ]:
+        with override_settings(TRUSTED_PROXIES=["127.0.0.1/32"]):
+            assert address(PROXY, forwarded) == expected, forwarded
+
+
+@pytest.mark.django_db
+def test_two_clients_with_ports_are_two_addresses_not_the_proxy(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES, settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = ["127.0.0.1/32"], 3
+    attacker = Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="203.0.113.66:40000")
+    for _ in range(3):
+        login(attacker, someone())
+    assert login(attacker, someone()) == 429
+    assert login(Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="198.51.100.77:40001"), someone()) == 200
+
+
+def test_an_empty_peer_address_is_unknown_not_loopback(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES = ["127.0.0.1/32"]
+    assert address("", "198.51.100.1") is None
+    settings.PRODUCTION, settings.METRICS_TOKEN = False, ""
+    assert Client(REMOTE_ADDR="").get("/metrics").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("ranges", "warned"),
+    [
+        (["0.0.0.0/0"], ["skincare.W010"]),
+        (["::/0"], ["skincare.W010"]),
+        (["10.0.0.0/7"], ["skincare.W010"]),
+        (["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "127.0.0.1"], []),
+    ],
+)
+def test_start_up_warns_on_ranges_wider_than_a_private_network(settings, ranges, warned) -> None:  # type: ignore[no-untyped-def]
+    settings.PRODUCTION, settings.TRUSTED_PROXIES = False, ranges
+    assert [m.id for m in checks.client_address_settings()] == warned

@@ -30,6 +30,7 @@ ANY_MENTION = re.compile(r"manage\.py ([a-z_]+)")
 DOCUMENTED = {
     command.removeprefix("manage.py ")
     for command in (
+        "manage.py admin_login_unlock",
         "manage.py audit_inventory",
         "manage.py check",
         "manage.py expire_reservations",
@@ -98,7 +99,8 @@ def test_the_newcomers_python_has_no_django(tmp_path: Path) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_every_documented_command_runs_verbatim_in_a_fresh_shell(tmp_path: Path) -> None:
-    devenv.ensure()  # what `make run` / `make db` did on this clone (an existing .env is left alone)
+    devenv.ensure()  # what `make run` / `make db` did on this clone (an existing .env is left alone) ...
+    devenv.ensure_development()  # ... but for the DJANGO_ENV=development line they add to an older one
     call_command("load_demo_data")  # `make run` loaded it; flash_sale_setup works on product 101
     env = newcomer_env(tmp_path)
     lines = documented_lines()

@@ -155,6 +155,7 @@ webhook_bodies = st.fixed_dictionaries(
         "type": st.one_of(st.sampled_from(["payment.succeeded", "payment.failed"]), scalars),
         "order_id": st.one_of(st.sampled_from(["own", "other"]), numbers_or_junk),
         "amount": st.one_of(st.sampled_from(["10.00", "9.99", "1e3", "-1", "99999999999.99", "Infinity"]), scalars),
+        "currency": st.one_of(st.sampled_from(["IDR", "JPY", "idr", "", "IDRX"]), scalars),
         "provider_reference": st.one_of(st.text(max_size=210), scalars),
         "payload": json_values,
     },

@@ -2,6 +2,7 @@
 serves its own, /metrics is loopback-or-token only, and gunicorn's workers are summed (multiprocess mode)."""
 
 import threading
+import urllib.error
 import urllib.request
 
 import pytest
@@ -47,7 +48,7 @@ def test_webhook_outcomes_are_counted_and_labels_stay_bounded(settings, customer
     order = place_order(customer=customer, items=[(make_product(stock=2).pk, 1)])
     body = (
         b'{"event_id": "evt-m1", "type": "payment.succeeded", "order_id": %d, "amount": "%s", '
-        b'"provider_reference": "m1"}' % (order.pk, str(order.total).encode())
+        b'"currency": "IDR", "provider_reference": "m1"}' % (order.pk, str(order.total).encode())
     )
     paid, duplicate, bad_sig = (
         value("skincare_payment_webhook_events_total", outcome=o) for o in ("paid", "duplicate", "invalid_signature")
@@ -184,3 +185,66 @@ def _url() -> str:
         return f"postgres://{settings_dict['USER'] or 'postgres'}@/{settings_dict['NAME']}?host={host}"
     auth = settings_dict["USER"] + (f":{settings_dict['PASSWORD']}" if settings_dict["PASSWORD"] else "")
     return f"postgres://{auth}@{host}:{settings_dict['PORT'] or 5432}/{settings_dict['NAME']}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Issue 27: the token is compared whole, and the sweeper's metrics port is protected like /metrics
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("given", ["", " ", "scrape", "scrape-token-for-test", "scrape-token-for-testsX"])
+def test_an_empty_prefix_or_longer_bearer_token_is_refused(settings, given) -> None:  # type: ignore[no-untyped-def]
+    settings.METRICS_TOKEN = "scrape-token-for-tests"
+    remote = Client(REMOTE_ADDR="203.0.113.9")
+    assert remote.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {given}").status_code == 403
+    # Control: the whole token is let in.
+    assert remote.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests").status_code == 200
+
+
+def _scrape(port: int, header: str | None = None) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    if header is not None:
+        request.add_header("Authorization", header)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert b"skincare_" in answer.read()
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_the_sweepers_metrics_port_wants_the_token(settings) -> None:  # type: ignore[no-untyped-def]
+    from skincare.monitoring import start_metrics_server
+
+    settings.METRICS_TOKEN = "scrape-token-for-tests"
+    server, _thread = start_metrics_server(0, addr="127.0.0.1")
+    try:
+        port = server.server_port
+        assert _scrape(port) == 403
+        assert _scrape(port, "Bearer ") == 403
+        assert _scrape(port, "Bearer scrape") == 403
+        assert _scrape(port, "Bearer scrape-token-for-tests") == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_a_token_the_sweepers_metrics_port_stays_on_loopback(settings) -> None:  # type: ignore[no-untyped-def]
+    from django.core.management import CommandError, call_command
+
+    from skincare.monitoring import start_metrics_server
+
+    settings.METRICS_TOKEN, settings.PRODUCTION = "", False
+    with pytest.raises(ValueError, match="needs METRICS_TOKEN"):
+        start_metrics_server(0, addr="0.0.0.0")  # noqa: S104 - the refusal under test
+    with pytest.raises(CommandError, match="needs METRICS_TOKEN"):
+        call_command("expire_reservations", "--metrics-port", "1", "--metrics-addr", "0.0.0.0")  # noqa: S104
+    server, _thread = start_metrics_server(0, addr="127.0.0.1")  # control: loopback, as by default
+    try:
+        assert _scrape(server.server_port) == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    settings.PRODUCTION = True
+    with pytest.raises(ValueError, match="always in production"):
+        start_metrics_server(0, addr="127.0.0.1")

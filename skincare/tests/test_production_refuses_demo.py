@@ -115,7 +115,9 @@ def test_load_demo_data_refuses_in_production() -> None:
     assert "refusing to load the demo data with DJANGO_ENV=production" in result.stderr
     assert not get_user_model().objects.filter(username__in=demo.DEMO_USERS).exists()
     # Control: outside production it loads (the manage.py of `make run`).
-    development = manage("load_demo_data", env=production_env(DJANGO_ENV="", DJANGO_SECRET_KEY=demo.DEMO_SECRET_KEY))
+    development = manage(
+        "load_demo_data", env=production_env(DJANGO_ENV="development", DJANGO_SECRET_KEY=demo.DEMO_SECRET_KEY)
+    )
     assert development.returncode == 0, development.stderr
     assert get_user_model().objects.filter(username__in=demo.DEMO_USERS).count() == 2
 

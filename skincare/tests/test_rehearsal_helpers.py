@@ -8,7 +8,7 @@ from payments import signing
 
 
 def test_the_rehearsals_webhook_pays_the_order_in_full_and_is_signed_with_the_bench_secret():
-    order = {"order_id": 42, "total": "19.90", "status": "pending_payment"}
+    order = {"order_id": 42, "total": "19.90", "currency": "IDR", "status": "pending_payment"}
 
     body, headers = processes.payment_webhook(order, event_id="evt-scaleout-42", reference="psp-42")
 
@@ -17,6 +17,7 @@ def test_the_rehearsals_webhook_pays_the_order_in_full_and_is_signed_with_the_be
         "type": "payment.succeeded",
         "order_id": 42,
         "amount": "19.90",
+        "currency": "IDR",  # the order's own
         "provider_reference": "psp-42",
     }
     signing.verify(header=headers["X-Signature"], body=body, secret=processes.BENCH_SECRET, tolerance_seconds=300)

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
-from inventory import services
+from inventory import catalogue
 from inventory.models import Product
 from skincare import services as skincare_services
 from skincare.demo import DEMO_CUSTOMER, DEMO_CUSTOMER_TOKEN, DEMO_OPS_PASSWORD, DEMO_OPS_USER
@@ -45,7 +45,7 @@ class Command(BaseCommand):
         for product_id, sku, name, price, stock in DEMO_PRODUCTS:
             if Product.objects.filter(pk=product_id).exists() or Product.objects.filter(sku=sku).exists():
                 continue
-            services.product_create(product_id=product_id, sku=sku, name=name, price=price, initial_stock=stock)
+            catalogue.product_create(product_id=product_id, sku=sku, name=name, price=price, initial_stock=stock)
             created += 1
         with connection.cursor() as cursor:  # explicit ids were used: move the sequence past them
             cursor.execute(

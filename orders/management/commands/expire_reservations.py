@@ -64,11 +64,12 @@ class Command(BaseCommand):
         metrics_server = None
         try:
             if metrics_port:
-                from prometheus_client import start_http_server
+                from skincare.monitoring import start_metrics_server  # METRICS_TOKEN, like the web's /metrics
 
-                metrics_server, _thread = start_http_server(
-                    metrics_port, addr=metrics_addr, registry=metrics.registry()
-                )
+                try:
+                    metrics_server, _thread = start_metrics_server(metrics_port, addr=metrics_addr)
+                except ValueError as exc:
+                    raise CommandError(f"expire_reservations: {exc}") from None
                 self.stdout.write(
                     f"expire_reservations: metrics on http://{metrics_addr}:{metrics_server.server_port}/metrics"
                 )

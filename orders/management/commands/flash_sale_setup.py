@@ -5,7 +5,7 @@ with a ledger row each), then counts the product's available stock to ``--stock`
 ``stock_set_counted`` (reason note "flash sale setup"). Prints one line that the load tests parse: the highest
 order id at the end of the setup, so "orders created for the product since the setup" needs no clock.
 
-It also sets the sale window in the same run (``inventory.services.product_sale_set``, docs/sale-windows.md):
+It also sets the sale window in the same run (``inventory.catalogue.product_sale_set``, docs/sale-windows.md):
 ``--starts-in SECONDS`` or ``--starts-at ISO8601``, ``--duration SECONDS`` or ``--ends-at ISO8601``, ``--price P``
 (the sale price) and ``--max-per-customer K``. Relative times count from the database clock. Without window
 options the product has no window (on sale at once, at its regular price, as before); without
@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Max
 
+from inventory import catalogue
 from inventory import services as inventory_services
 from inventory.exceptions import StaleStockVersion
 from inventory.models import Inventory, Product
@@ -63,7 +64,7 @@ class Command(BaseCommand):
         if stock < 0:
             raise CommandError("--stock must not be negative")
         if not Inventory.objects.filter(product_id=product).exists():
-            raise CommandError(f"product {product} has no inventory row (run load_demo_data first)")
+            raise CommandError(f"product {product} has no stock row (run load_demo_data first)")
         for name, seconds in (("--starts-in", starts_in), ("--duration", duration)):
             if seconds is not None and seconds < 0:
                 raise CommandError(f"{name} must not be negative")
@@ -77,7 +78,7 @@ class Command(BaseCommand):
         if max_per_customer is None:
             max_per_customer = Product.objects.values_list("max_per_customer", flat=True).get(pk=product)
         try:
-            inventory_services.product_sale_set(
+            catalogue.product_sale_set(
                 product_id=product,
                 starts_at=starts_at,
                 ends_at=ends_at,

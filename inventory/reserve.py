@@ -1,0 +1,339 @@
+"""A checkout's reservations: units move from available to reserved (:func:`stock_reserve`), and back
+(:func:`stock_release`) or out of the shop (:func:`stock_consume`) when the reservation ends.
+
+The reserve path, by the product's strategy and its stock rows (docs/strategies.md):
+
+=================================  ==========================================================================
+one product, one stock row         the strategy's lock, if any (``row_lock[_nowait]``: ``FOR NO KEY UPDATE
+                                   [NOWAIT]``; ``advisory``: its advisory key), then :data:`RESERVE_SQL` on
+                                   bucket 0 (``optimistic``: :data:`RESERVE_AT_VERSION_SQL`, a lost check reruns
+                                   the transaction)
+several products, one row each     advisory keys, then every bucket-0 row ``FOR NO KEY UPDATE [NOWAIT]`` in
+                                   ascending id, then :data:`RESERVE_SQL` for each (no version check)
+a bucketed product (K > 1)         :data:`CLAIM_BUCKET_SQL` (a free bucket, ``SKIP LOCKED``), else
+                                   :data:`CLAIM_WAITING_SQL` up to :data:`WAITING_PASSES` times (waits for one
+                                   bucket), else the full pass
+bucket 0 short, more stock rows    the full pass: every stock row of the product in bucket order, refused only
+                                   when their total is short; units gathered into one bucket below K, reserved
+                                   there with :data:`RESERVE_SQL`
+=================================  ==========================================================================
+
+A multi-product order with a bucketed product (or one with more stock rows than K) reserves product by product, in
+ascending id, each by its row of the table.
+
+Every reservation is made by one statement built from :data:`_RESERVE_TEMPLATE`: the guarded UPDATE of one stock
+row, the reserve ledger row naming that bucket (the only place reserve ledger rows are written) and, when the bucket
+taken is not the one the reservation names (``payments.checkout.ORDER_SQL`` writes every reservation with bucket 0),
+the reservation's ``bucket``. One round trip, so the stock row is still locked by the last statement before COMMIT.
+Release and consumption take the units from the bucket the reservation names (:class:`HeldUnits`); a reservation
+without one, or whose bucket does not hold its units, is :class:`InventoryCorrupted`.
+
+Stock rows are locked in ascending product id, last (the lock order is in ``skincare.locks``). These functions run
+inside the caller's transaction with ``savepoint=False``: no SAVEPOINT/RELEASE round trips, and a failure aborts
+the whole transaction.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
+from django.db.models import F
+
+from inventory import soldout
+from inventory.buckets import LedgerRow, guarded_update, ledger_append, lock_all_buckets, move_between_buckets, spread
+from inventory.exceptions import InventoryCorrupted, LockBusy, StockConflict
+from inventory.models import InventoryStrategy, StockBucket, StockMovement
+from skincare.db import RetryTransaction, sqlstate
+from skincare.locks import advisory_xact_lock, require_transaction
+
+Reason = StockMovement.Reason
+
+
+# The one statement that reserves units for a reservation, and the only writer of reserve ledger rows: it takes
+# ``qty`` units from the stock row ``pick`` names (a fixed bucket, or a bucket chosen by a sub-select), writes the
+# reserve ledger row naming that bucket and, when the reservation names another bucket (ORDER_SQL writes every
+# reservation with bucket 0), names the bucket it took on the reservation: all in one round trip, so the stock row
+# lock is still taken by the last statement before COMMIT. ``guard`` adds a condition to the guarded UPDATE.
+# PostgreSQL re-checks ``available_stock >= qty`` on the newest row version once it holds the row lock, so two
+# buyers cannot both take the last unit. Returns the bucket taken; no row: nothing was taken (short, or the guard
+# failed), and nothing was written.
+# (The reservation belongs to orders; it is written here because the bucket is known only once this statement
+# holds it, and a second statement would lengthen the time a hot stock row is locked.)
+_RESERVE_TEMPLATE = """
+WITH pick AS (
+    {pick}
+), taken AS (
+    UPDATE stock_buckets
+       SET available_stock = available_stock - %(qty)s,
+           reserved_stock = reserved_stock + %(qty)s,
+           version = version + 1,
+           updated_at = statement_timestamp()
+      FROM pick
+     WHERE product_id = %(product_id)s AND stock_buckets.bucket = pick.bucket
+       AND available_stock >= %(qty)s{guard}
+    RETURNING stock_buckets.bucket
+), ledger AS (
+    INSERT INTO stock_movements (product_id, bucket, available_delta, reserved_delta, reason, order_id, note,
+                                 created_at)
+    SELECT %(product_id)s, taken.bucket, -%(qty)s, %(qty)s, '{reserve}', %(order_id)s, '', statement_timestamp()
+      FROM taken
+), named AS (
+    UPDATE inventory_reservations r SET bucket = taken.bucket
+      FROM taken
+     WHERE r.order_id = %(order_id)s AND r.product_id = %(product_id)s AND r.bucket <> taken.bucket
+)
+SELECT bucket FROM taken
+"""
+
+
+def _reserve_statement(*, pick: str, guard: str = "") -> str:
+    return _RESERVE_TEMPLATE.format(pick=pick.strip(), guard=guard, reserve=Reason.RESERVE.value)
+
+
+# A reservation from one named stock row (``bucket``): bucket 0 for a one-row product (what every inventory strategy
+# ends with), or the full pass's target bucket.
+RESERVE_SQL = _reserve_statement(pick="SELECT %(bucket)s::smallint AS bucket")
+# The optimistic strategy's reservation: the same, only while the row is still at the version the checkout read.
+RESERVE_AT_VERSION_SQL = _reserve_statement(
+    pick="SELECT %(bucket)s::smallint AS bucket", guard="\n       AND version = %(version)s"
+)
+
+# A bucketed product (bucket count K > 1): a bucket below K that has the units, chosen at random so that concurrent
+# checkouts spread over the buckets. The claim takes one that no other transaction holds (SKIP LOCKED: never waits;
+# no row back: every free bucket was short or held by someone else, and the waiting pass follows). The waiting pass
+# waits for ONE bucket that had the units in its snapshot (picked at random, so waiters spread over the buckets too,
+# and never holding one bucket while waiting for another of the same product; no row back: that bucket ran short
+# while we waited). The lock clause is the only difference between the two.
+_CLAIM_PICK = """
+SELECT bucket FROM stock_buckets
+     WHERE product_id = %(product_id)s AND bucket < %(bucket_count)s AND available_stock >= %(qty)s
+     ORDER BY random() LIMIT 1{lock}
+"""
+CLAIM_BUCKET_SQL = _reserve_statement(pick=_CLAIM_PICK.format(lock="\n       FOR NO KEY UPDATE SKIP LOCKED"))
+CLAIM_WAITING_SQL = _reserve_statement(pick=_CLAIM_PICK.format(lock=""))
+# Waiting passes of a bucketed product before the full pass (each one waits for one bucket at most).
+WAITING_PASSES = 2
+
+
+class ReserveLine(NamedTuple):
+    """One product of a reservation, with what the checkout read about it: ``strategy``, the ``version`` seen (the
+    sum over the product's stock rows: bucket 0's own version when it is the only row; used by an optimistic
+    product), ``bucket_count`` (K, the buckets it sells from) and ``stock_rows`` (its stock rows; more than K while
+    rows left by a lowered K still hold units)."""
+
+    product_id: int
+    qty: int
+    strategy: str = InventoryStrategy.GUARDED_UPDATE
+    version: int | None = None
+    bucket_count: int = 1
+    stock_rows: int = 1
+
+
+def _lock_rows(*, product_ids: list[int], nowait: bool) -> dict[int, int]:
+    """``SELECT … FOR NO KEY UPDATE [NOWAIT]`` of the products' bucket-0 rows, ascending; returns available stock by
+    id. With NOWAIT a row that another transaction holds is :class:`LockBusy` (409) at once instead of a wait."""
+    rows = (
+        StockBucket.objects.select_for_update(no_key=True, nowait=nowait)
+        .filter(product_id__in=product_ids, bucket=0)
+        .order_by("product_id")
+        .values_list("product_id", "available_stock")
+    )
+    if not nowait:
+        return dict(rows)
+    try:
+        return dict(rows)
+    except OperationalError as exc:
+        if sqlstate(exc) == "55P03":
+            raise LockBusy(product_ids=product_ids) from exc
+        raise
+
+
+def _refuse_short(*, lines: Sequence[ReserveLine], available: Mapping[int, int]) -> None:
+    short = [line.product_id for line in lines if available.get(line.product_id, 0) < line.qty]
+    for pid in short:
+        soldout.remember_short(pid, available_at_most=available.get(pid, 0))
+    if short:
+        raise StockConflict(product_ids=short)
+
+
+def _reserve_in(sql: str, line: ReserveLine, *, order_id: int, **params: Any) -> int | None:
+    """Run one reserve statement (:func:`_reserve_statement`) for ``line``; the bucket it took, or None."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"product_id": line.product_id, "qty": line.qty, "order_id": order_id, **params})
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def _guarded_reserve(line: ReserveLine, *, order_id: int) -> None:
+    """The step every strategy ends with: the reserve statement on bucket 0 (at the version seen, for an optimistic
+    product). A product with more stock rows than bucket 0 (its K was lowered) is refused only after the full pass."""
+    optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None
+    if optimistic:
+        taken = _reserve_in(RESERVE_AT_VERSION_SQL, line, order_id=order_id, bucket=0, version=line.version)
+    else:
+        taken = _reserve_in(RESERVE_SQL, line, order_id=order_id, bucket=0)
+    if taken is not None:
+        return
+    if line.stock_rows > 1:
+        _reserve_from_all(line, order_id=order_id)
+        return
+    if optimistic:
+        # Either the stock ran out or someone changed the row since we read it: let the runner try again from
+        # the start (a fresh read decides which); after the bound the customer gets 409 stock_conflict.
+        raise RetryTransaction(
+            "optimistic version check lost",
+            give_up=StockConflict(product_ids=[line.product_id], gave_up_after=settings.INVENTORY_OPTIMISTIC_ATTEMPTS),
+            max_attempts=settings.INVENTORY_OPTIMISTIC_ATTEMPTS,
+        )
+    soldout.remember_short(line.product_id, available_at_most=line.qty - 1)
+    raise StockConflict(product_ids=[line.product_id])
+
+
+def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
+    """A bucketed product (docs/strategies.md#stock-buckets): a free bucket without waiting; else wait for one bucket
+    that had the units; else the full pass, which refuses only when the product really lacks them.
+
+    Each attempt runs after a savepoint, rolled back when it comes back empty. A statement that found a row changed
+    since its snapshot locks the row's newest version before it re-checks it, and keeps that lock even when the
+    re-check fails; rolling back to the savepoint lets go of it, so the next attempt (and the full pass, which takes
+    the buckets in order) waits while holding no bucket of this product: no deadlock (docs/locking.md). The
+    SAVEPOINT is sent before the claim, so it does not lengthen the time a bucket is held."""
+    for sql in (CLAIM_BUCKET_SQL, *[CLAIM_WAITING_SQL] * WAITING_PASSES):
+        attempt = transaction.savepoint()
+        if _reserve_in(sql, line, order_id=order_id, bucket_count=line.bucket_count) is not None:
+            return  # the savepoint is released by COMMIT: a RELEASE would be a round trip while the bucket is held
+        transaction.savepoint_rollback(attempt)
+    _reserve_from_all(line, order_id=order_id)
+
+
+def _reserve_from_all(line: ReserveLine, *, order_id: int) -> None:
+    """The full pass: lock every stock row of the product (ascending), refuse if their total is short (a true
+    sold-out), else move units into the bucket below K that holds the most (``rebalance`` ledger rows, taken from
+    the fullest rows first, as :func:`inventory.buckets.spread` takes them) and reserve there with the reserve statement."""
+    available = lock_all_buckets(product_id=line.product_id)
+    total = sum(available.values())
+    if total < line.qty:
+        soldout.remember_short(line.product_id, available_at_most=total)
+        raise StockConflict(product_ids=[line.product_id])
+    target = max(range(line.bucket_count), key=lambda b: (available.get(b, 0), -b))
+    need = line.qty - available.get(target, 0)
+    moves: dict[int, int] = {}
+    if need > 0:
+        others = {bucket: units for bucket, units in available.items() if bucket != target}
+        moves = {**spread(available=others, bucket_count=line.bucket_count, delta=-need), target: need}
+    move_between_buckets(
+        product_id=line.product_id, moves=moves, reason=Reason.REBALANCE, actor=None, note="units for a checkout"
+    )
+    if _reserve_in(RESERVE_SQL, line, order_id=order_id, bucket=target) is None:
+        raise InventoryCorrupted(product_ids=[line.product_id])  # rows locked, units moved: only corruption
+
+
+@transaction.atomic(savepoint=False)
+def stock_reserve(*, order_id: int, lines: Sequence[ReserveLine]) -> None:
+    """Move units from available to reserved for ``order_id``, one :class:`ReserveLine` per product, each by its
+    product's strategy (docs/strategies.md):
+
+    * ``guarded_update``, ``serializable``: the reserve statement on bucket 0 alone (the caller runs
+      ``serializable`` at that isolation level); a bucketed product (K > 1, guarded_update only) claims a bucket;
+    * ``row_lock`` / ``row_lock_nowait``: ``SELECT … FOR NO KEY UPDATE`` (``NOWAIT``: 409 ``lock_busy`` if busy),
+      then the reserve statement;
+    * ``optimistic``: the reserve statement with ``version = <seen>``; a lost race reruns the transaction;
+    * ``advisory``: ``pg_advisory_xact_lock`` on the product's key, then the reserve statement.
+
+    A product whose bucket 0 is short while it has other stock rows (K was lowered), and a bucketed product whose
+    claim and waiting passes found no bucket, get the full pass (:func:`_reserve_from_all`).
+
+    Several products (a multi-product order): advisory keys of the advisory products (ascending); then, when every
+    product has one stock row, every row locked in ascending id with ``FOR NO KEY UPDATE`` (``NOWAIT`` if any
+    product is ``row_lock_nowait``) and the reserve statements; an order with a bucketed product (or one with more
+    stock rows) reserves product by product, ascending, each by its own rule. The version check is not used there.
+
+    Each reserve statement writes its reserve ledger row and names the bucket on the reservation (see
+    :data:`_RESERVE_TEMPLATE`), so the stock row locks are taken by the last statements before COMMIT. Raises
+    :class:`StockConflict` naming the product that is short; the caller's transaction then rolls back.
+    """
+    require_transaction()
+    lines = sorted(lines)
+    advisory = [line.product_id for line in lines if line.strategy == InventoryStrategy.ADVISORY]
+    if advisory:
+        advisory_xact_lock(space="inventory_product", idents=advisory)
+    one_row = all(line.bucket_count == 1 and line.stock_rows == 1 for line in lines)
+    if len(lines) > 1 and one_row:
+        # Several rows: lock them all in ascending id order first, so that no two checkouts can each hold
+        # one row the other needs, and so that the conflict can name every short product.
+        nowait = any(line.strategy == InventoryStrategy.ROW_LOCK_NOWAIT for line in lines)
+        _refuse_short(lines=lines, available=_lock_rows(product_ids=[line.product_id for line in lines], nowait=nowait))
+        for line in lines:
+            _guarded_reserve(line._replace(version=None), order_id=order_id)
+        return
+    for line in lines:  # ascending product id
+        if len(lines) > 1:
+            line = line._replace(version=None)
+        if line.bucket_count > 1:
+            _reserve_bucketed(line, order_id=order_id)
+            continue
+        if line.strategy in (InventoryStrategy.ROW_LOCK, InventoryStrategy.ROW_LOCK_NOWAIT):
+            available = _lock_rows(
+                product_ids=[line.product_id], nowait=line.strategy == InventoryStrategy.ROW_LOCK_NOWAIT
+            )
+            if line.stock_rows == 1:
+                _refuse_short(lines=[line], available=available)
+        # For the other strategies this statement is the whole protection: it takes the row lock and re-checks
+        # available_stock (and, optimistic, the version) under it.
+        _guarded_reserve(line, order_id=order_id)
+
+
+class HeldUnits(NamedTuple):
+    """Units one reservation holds: ``qty`` of a product for an order, in the stock row ``bucket`` it names."""
+
+    order_id: int
+    product_id: int
+    bucket: int | None
+    qty: int
+
+
+def _move_reserved(*, lines: Sequence[HeldUnits], reason: str, back_to_available: bool) -> None:
+    """Take units out of ``reserved_stock`` (and back into ``available_stock`` when ``back_to_available``), in the
+    bucket each reservation names: one summed guarded update per (product, bucket), ascending, and one ledger row per
+    line so that every unit stays traceable to its order. A reservation without a bucket, or whose bucket does not
+    hold its units, is :class:`InventoryCorrupted`: the units are never taken from another bucket."""
+    require_transaction()
+    placed: list[tuple[int, int, int, int]] = []  # (product, bucket, order, qty)
+    for line in lines:
+        if line.bucket is None:  # never guessed (bucket 0 is not a default): the reservation names where units are
+            raise InventoryCorrupted(product_ids=[line.product_id])
+        placed.append((line.product_id, line.bucket, line.order_id, line.qty))
+    placed.sort()
+    totals: dict[tuple[int, int], int] = {}
+    for product_id, bucket, _order_id, qty in placed:
+        totals[(product_id, bucket)] = totals.get((product_id, bucket), 0) + qty
+    # Ledger first, counters last (as in stock_reserve): the stock row locks are then held only for the
+    # guarded updates and the COMMIT. A failed guard raises and rolls the ledger rows back with everything else.
+    ledger_append(
+        rows=[
+            LedgerRow(product_id, qty if back_to_available else 0, -qty, order_id, bucket)
+            for product_id, bucket, order_id, qty in placed
+        ],
+        reason=reason,
+    )
+    for (product_id, bucket), qty in sorted(totals.items()):
+        changes: dict[str, Any] = {"reserved_stock": F("reserved_stock") - qty}
+        if back_to_available:
+            changes["available_stock"] = F("available_stock") + qty
+        if not guarded_update(product_id=product_id, bucket=bucket, guard={"reserved_stock__gte": qty}, **changes):
+            raise InventoryCorrupted(product_ids=[product_id])
+
+
+@transaction.atomic(savepoint=False)
+def stock_release(*, lines: Sequence[HeldUnits], reason: str) -> None:
+    """Return reserved units to available (reservations expired or cancelled)."""
+    if reason not in (Reason.EXPIRE, Reason.CANCEL):
+        raise ValueError(f"stock_release cannot record reason {reason!r}")
+    _move_reserved(lines=lines, reason=reason, back_to_available=True)
+
+
+@transaction.atomic(savepoint=False)
+def stock_consume(*, lines: Sequence[HeldUnits]) -> None:
+    """Reserved units leave the shop: their orders were paid."""
+    _move_reserved(lines=lines, reason=Reason.CONSUME, back_to_available=False)
