@@ -6,7 +6,7 @@ import importlib
 import pytest
 from django.db import connection
 
-from inventory.services import CLAIM_BUCKET_SQL, RESERVE_SQL
+from inventory.reserve import CLAIM_BUCKET_SQL, RESERVE_SQL
 
 # What the checkout's reservation writes (RESERVE_SQL, CLAIM_BUCKET_SQL): an index on any of them makes every such
 # UPDATE a non-HOT one, with a new entry in every index of the table.

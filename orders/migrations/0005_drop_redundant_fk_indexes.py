@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE/DROP INDEX CONCURRENTLY cannot run inside a transaction
 
     dependencies = [
-        ('orders', '0002_orders_customer_pending_idx'),
+        ('orders', '0004_order_currency'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -15,7 +15,7 @@ class Migration(migrations.Migration):
     atomic = False  # CREATE/DROP INDEX CONCURRENTLY cannot run inside a transaction
 
     dependencies = [
-        ('payments', '0002_idempotency_keys'),
+        ('payments', '0003_payment_currency'),
     ]
 
     operations = [
