@@ -95,7 +95,9 @@ def test_the_checkout_and_sweeper_statements_are_prepared_in_this_mode(make_prod
     if not settings.DB_PREPARED_STATEMENTS:
         assert statements == []
         return
-    assert any("UPDATE stock_buckets" in s and "::smallint AS bucket" in s for s in statements), statements  # RESERVE_SQL
+    assert any("UPDATE stock_buckets" in s and "::smallint AS bucket" in s for s in statements), (
+        statements
+    )  # RESERVE_SQL
     assert any("pg_advisory_xact_lock" in s for s in statements), statements  # QUOTES_SQL
     assert any("INSERT INTO orders" in s for s in statements), statements  # ORDER_SQL
     assert any("SKIP LOCKED" in s and "payment_expires_at <= now()" in s for s in statements), statements
