@@ -6,7 +6,7 @@
    hot product (bench.drivers' ``limit-hot-seed-order``: one row, a fixed reference).
 2. **PostgreSQL CPU per checkout**, the service's statements against the seed's transaction, each with pgbench
    ``-M prepared`` (server-side prepared statements) and ``-M simple`` (the values inlined in the statement text,
-   which is what Django's client-side binding sends today): ``utime + stime`` from /proc of this worktree's
+   which is what Django's client-side binding sends, behind PgBouncer): ``utime + stime`` from /proc of this worktree's
    postmaster and each of its children, read 2 s into the cell (every client connected) and 1 s before its end; the
    growth of each process (plus the processes that started in between) divided by the orders created in between
    (``CpuWindow``). The whole cell (connections included, the postmaster's ``cutime + cstime`` for the backends that
@@ -670,7 +670,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"PostgreSQL CPU per committed checkout (ms; every process of this PostgreSQL from /proc, over a window inside "
         f"the cell with every client connected) at {args['cpu_clients']} clients, pgbench `-M prepared` (server-side "
         "prepared statements) and "
-        "`-M simple` (values inlined in the text: what Django's client-side binding sends today), back to back, in "
+        "`-M simple` (values inlined in the text: what Django's client-side binding sends, behind PgBouncer), back to back, in "
         f"{args.get('cpu_rounds', 1)} rounds (every other one in reverse order): all rounds together, [each round], "
         "(checkouts/s):",
         "",

@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.cpu                                   # all scenarios, 7 rounds x 300 requests
     .venv/bin/python -m bench.cpu --rounds 3 --requests 100         # a quick check
     .venv/bin/python -m bench.cpu --scenarios healthz,checkout --json bench-results/cpu.json --markdown
+    .venv/bin/python -m bench.cpu --layers --requests 300          # cProfile: ms per request by layer
 
 Throughput through gunicorn moves by +-20 % between runs here (two shared cores, PostgreSQL and the load
 generator on the same box); CPU per request moves much less (see /work/shared/notes/measuring-cpu.md).
@@ -82,8 +83,10 @@ def log(msg: str) -> None:
 # --- timing (no Django needed) ------------------------------------------------------------------------------
 
 
-def _stats(cpu_ms: list[float], wall_ms: list[float], n: int) -> Stats:
+def _stats(cpu_ms: list[float], wall_ms: list[float], n: int, pg_ms: list[float] | None = None) -> Stats:
+    extra = {"pg_median_ms": statistics.median(pg_ms), "pg_samples_ms": [round(v, 5) for v in pg_ms]} if pg_ms else {}
     return {
+        **extra,
         "median_ms": statistics.median(cpu_ms),
         "min_ms": min(cpu_ms),
         "max_ms": max(cpu_ms),
@@ -102,13 +105,16 @@ def measure_callables(
     warmup: int = 50,
     after_round: Mapping[str, Callable[[], object]] | None = None,
     progress: bool = False,
+    server_cpu: Callable[[], float | None] | None = None,
 ) -> dict[str, Stats]:
     """Time each zero-argument callable: ``warmup`` untimed calls, then ``rounds`` rounds of ``requests`` calls
     timed with ``time.process_time()``; rounds of the callables interleaved, their order rotated every round.
 
     ``after_round[name]`` (optional) runs untimed after each of that callable's rounds and after its warm-up
     (clean-up). Returns ``{name: {median_ms, min_ms, max_ms, wall_median_ms, n, rounds, samples_ms}}``, where
-    every figure is milliseconds per call and ``samples_ms`` are the per-round CPU means. The loop itself costs
+    every figure is milliseconds per call and ``samples_ms`` are the per-round CPU means. ``server_cpu`` (optional)
+    returns the CPU seconds of the PostgreSQL backend serving this process; its growth over each round gives
+    ``pg_median_ms`` and ``pg_samples_ms`` per call. The loop itself costs
     some tens of nanoseconds per call; for callables that cheap, raise ``requests`` and compare ratios.
     """
     if rounds < 1 or requests < 1 or warmup < 0:
@@ -123,18 +129,23 @@ def measure_callables(
             after_round[name]()
     cpu: dict[str, list[float]] = {name: [] for name in names}
     wall: dict[str, list[float]] = {name: [] for name in names}
+    server: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             fn = callables[name]
             loop = range(requests)
             gc.collect()
+            server_start = server_cpu() if server_cpu else None
             wall_start = time.perf_counter()
             cpu_start = time.process_time()
             for _ in loop:
                 fn()
             cpu_end = time.process_time()
             wall_end = time.perf_counter()
+            server_end = server_cpu() if server_cpu else None
+            if server_start is not None and server_end is not None:
+                server[name].append((server_end - server_start) * 1000 / requests)
             cpu[name].append((cpu_end - cpu_start) * 1000 / requests)
             wall[name].append((wall_end - wall_start) * 1000 / requests)
             if name in after_round:
@@ -142,7 +153,7 @@ def measure_callables(
         if progress:
             done = ", ".join(f"{name} {_ms(cpu[name][-1])}" for name in names)
             log(f"round {r + 1}/{rounds}: CPU ms per request: {done}")
-    return {name: _stats(cpu[name], wall[name], requests) for name in names}
+    return {name: _stats(cpu[name], wall[name], requests, server[name]) for name in names}
 
 
 def measure_callable(
@@ -376,10 +387,25 @@ def environment() -> dict[str, Any]:
         "database": "DATABASE_URL" if os.environ.get("DATABASE_URL") else "embedded (.data/pg)",
         "DB_CONN_MAX_AGE": db["CONN_MAX_AGE"],
         "DB_CONN_HEALTH_CHECKS": db["CONN_HEALTH_CHECKS"],
+        "DB_PREPARED_STATEMENTS": settings.DB_PREPARED_STATEMENTS,
         "DEBUG": settings.DEBUG,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
     }
+
+
+def backend_cpu_seconds() -> float | None:
+    """utime + stime of the PostgreSQL backend serving Django's connection, from /proc (None when the server runs
+    elsewhere). The connection must stay the same for the whole run (DB_CONN_MAX_AGE=600, no health checks)."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    pid = connection.connection.info.backend_pid
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _audit() -> set[str]:
@@ -416,7 +442,13 @@ def measure(
     cleanup = {"checkout": lambda: cancel_pending(fixture)} if "checkout" in names else {}
     try:
         results = measure_callables(
-            callables, rounds=rounds, requests=requests, warmup=warmup, after_round=cleanup, progress=True
+            callables,
+            rounds=rounds,
+            requests=requests,
+            warmup=warmup,
+            after_round=cleanup,
+            progress=True,
+            server_cpu=backend_cpu_seconds,
         )
     finally:
         cancelled = cancel_pending(fixture)
@@ -427,6 +459,90 @@ def measure(
         raise RuntimeError("audit_inventory after the benchmark: " + "; ".join(new))
     log(f"audit_inventory: {'no violations' if not before else 'no new violations'}")
     return results
+
+
+# --- where the CPU goes: cProfile by layer -------------------------------------------------------------------
+
+# Each function's own time (tottime) is charged to the first layer whose path fragment its file contains.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("database adapter (psycopg)", ("/psycopg/", "/psycopg_c/", "/psycopg_binary/")),
+    ("Django ORM and db backend", ("/django/db/",)),
+    ("DRF (request, parsers, auth plumbing, renderers)", ("/rest_framework/",)),
+    ("JSON (stdlib json)", ("/json/",)),
+    ("logging (access log, python-json-logger)", ("/logging/", "/pythonjsonlogger/")),
+    ("metrics (prometheus_client)", ("/prometheus_client/",)),
+    ("Django (handler, middleware chain, URLs, signals, HTTP)", ("/django/",)),
+    ("the project: middleware, auth, validation", ("/skincare/",)),
+    ("the project: services and SQL (payments, inventory, orders)", ("/payments/", "/inventory/", "/orders/")),
+)
+OTHER_LAYER = "other (stdlib, builtins)"
+
+
+def layer_of(filename: str) -> str:
+    for layer, fragments in LAYERS:
+        if any(fragment in filename for fragment in fragments):
+            return layer
+    return OTHER_LAYER
+
+
+def layer_profile(scenarios: Iterable[str], *, requests: int = 300, warmup: int = 50) -> dict[str, dict[str, float]]:
+    """cProfile (timer: ``time.process_time``) over ``requests`` calls of each scenario after ``warmup``; returns
+    ``{scenario: {layer: ms per request}}`` from each function's own time (a builtin's or another stdlib function's
+    charged to the layers of its direct callers, by their share of its time), plus ``total``. Profiling slows every
+    call by a similar factor, so read the shares; the absolute figures are bench.cpu's table."""
+    import cProfile
+    import pstats
+
+    setup_django()
+    fixture = prepare()
+    names = list(scenarios)
+    callables = scenario_callables(fixture, names)
+    out: dict[str, dict[str, float]] = {}
+    for name in names:
+        fn = callables[name]
+        for _ in range(warmup):
+            fn()
+        profiler = cProfile.Profile(time.process_time)
+        gc.collect()
+        profiler.enable()
+        for _ in range(requests):
+            fn()
+        profiler.disable()
+        if name == "checkout":
+            cancel_pending(fixture)
+        layers: dict[str, float] = {}
+        stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+        for (filename, _line, _func), (_cc, _nc, tottime, _ct, callers) in stats.items():
+            shares = {layer_of(filename): 1.0}
+            if OTHER_LAYER in shares and callers:
+                # a builtin or stdlib function (socket recv, str methods, ...) is charged to whoever called it
+                total = sum(caller[3] for caller in callers.values()) or 1.0
+                shares = {}
+                for (caller_file, _l, _f), caller in callers.items():
+                    layer = layer_of(caller_file)
+                    shares[layer] = shares.get(layer, 0.0) + (caller[3] / total if total else 0.0)
+            for layer, share in shares.items():
+                layers[layer] = layers.get(layer, 0.0) + share * tottime * 1000 / requests
+        layers["total"] = sum(layers.values())
+        out[name] = layers
+    return out
+
+
+def layers_markdown(profile: Mapping[str, Mapping[str, float]]) -> str:
+    names = list(profile)
+    order = [layer for layer, _ in LAYERS] + [OTHER_LAYER]
+    lines = [
+        "| layer | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for layer in order:
+        cells = []
+        for name in names:
+            ms = profile[name].get(layer, 0.0)
+            cells.append(f"{ms:.3f} ({100 * ms / profile[name]['total']:.0f} %)")
+        lines.append(f"| {layer} | " + " | ".join(cells) + " |")
+    lines.append("| **total (profiled)** | " + " | ".join(f"{profile[n]['total']:.3f}" for n in names) + " |")
+    return "\n".join(lines)
 
 
 # --- output -------------------------------------------------------------------------------------------------
@@ -450,22 +566,24 @@ def _ratio(rows: Mapping[str, Stats], name: str) -> str:
 
 
 def markdown_table(results: Mapping[str, Any]) -> str:
-    """scenario | Python CPU per request (median ms) | min | max | ratio to healthz."""
+    """scenario | Python CPU per request (median ms) | min | max | ratio to healthz | PostgreSQL backend CPU."""
     rows = _scenario_rows(results)
     lines = [
-        "| scenario | Python CPU per request (median ms) | min | max | ratio to healthz |",
-        "|---|---:|---:|---:|---:|",
+        "| scenario | Python CPU per request (median ms) | min | max | ratio to healthz | PostgreSQL backend CPU (median ms) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, r in rows.items():
+        pg = _ms(r["pg_median_ms"]) if "pg_median_ms" in r else "-"
         lines.append(
-            f"| {name} | {_ms(r['median_ms'])} | {_ms(r['min_ms'])} | {_ms(r['max_ms'])} | {_ratio(rows, name)} |"
+            f"| {name} | {_ms(r['median_ms'])} | {_ms(r['min_ms'])} | {_ms(r['max_ms'])} | {_ratio(rows, name)} | {pg} |"
         )
     return "\n".join(lines)
 
 
 def text_table(results: Mapping[str, Any]) -> str:
     rows = _scenario_rows(results)
-    header = ("scenario", "CPU ms/req (median)", "min", "max", "wall ms/req", "CPU/wall", "x healthz", "n x rounds")
+    header = ("scenario", "CPU ms/req (median)", "min", "max", "wall ms/req", "CPU/wall", "x healthz", "n x rounds",
+              "PG backend ms/req")  # fmt: skip
     body = [
         (
             name,
@@ -476,6 +594,7 @@ def text_table(results: Mapping[str, Any]) -> str:
             f"{100 * r['median_ms'] / r['wall_median_ms']:.0f} %" if r["wall_median_ms"] else "-",
             _ratio(rows, name),
             f"{r['n']} x {r['rounds']}",
+            _ms(r["pg_median_ms"]) if "pg_median_ms" in r else "-",
         )
         for name, r in rows.items()
     ]
@@ -499,11 +618,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=50, help="untimed requests per scenario first (default 50)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table instead of the text table")
+    parser.add_argument("--layers", action="store_true", help="cProfile each scenario; print ms per layer instead")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenarios {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+    if args.layers:
+        print(layers_markdown(layer_profile(names, requests=args.requests, warmup=args.warmup)))
+        return 0
     try:
         results = measure(names, rounds=args.rounds, requests=args.requests, warmup=args.warmup)
     except (ScenarioError, RuntimeError) as exc:

@@ -34,7 +34,7 @@ INSERT INTO orders (customer_id, status, payment_expires_at, total, created_at, 
 """
 SQL_REST = [
     "INSERT INTO order_lines (order_id, product_id, qty, unit_price) VALUES (:order_id, :pid, 1, :price);",
-    "INSERT INTO inventory_reservations (order_id, product_id, qty, status, expires_at, created_at, updated_at) VALUES (:order_id, :pid, 1, 'active', now() + interval '1800 seconds', now(), now());",
+    "INSERT INTO inventory_reservations (order_id, product_id, bucket, qty, status, expires_at, created_at, updated_at) VALUES (:order_id, :pid, 0, 1, 'active', now() + interval '1800 seconds', now(), now());",
     "INSERT INTO payment_attempts (order_id, status, amount, provider_reference, created_at, updated_at) VALUES (:order_id, 'pending', :price, '', now(), now());",
     "INSERT INTO stock_movements (product_id, available_delta, reserved_delta, reason, order_id, note, created_at) VALUES (:pid, -1, 1, 'reserve', :order_id, '', now());",
 ]

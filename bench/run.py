@@ -13,6 +13,8 @@
 4. Stock buckets (bench.buckets): the hot product with K = 1, 4, 8, 16 buckets at 16/64/256 pgbench clients beside
    spread and the seed's transaction, PostgreSQL CPU per checkout with -M prepared/simple, and HTTP with K = 1 and 8,
    on the same database (``--no-buckets`` skips it; ``--only`` and ``--matrix`` runs never include it).
+5. WAL and HOT (bench.wal): WAL bytes and the HOT share of stock-row updates per checkout, the service's statements
+   beside the seed's transaction, at fillfactor 100 and the migration's (``--no-wal`` skips it).
 
 After every run: ``manage.py audit_inventory``. Reported: successful reservations/s, 409s/s, p50/p95/p99,
 errors, CPU and peak RSS per gunicorn worker (psutil), PostgreSQL CPU, the stack/limit ratios.
@@ -42,7 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import buckets, strategies
+from bench import buckets, strategies, wal
 from bench.drivers import LIMITS, STACK, audit, run_pgbench, run_wrk
 from bench.profiling import profile_hot
 from bench.report import (
@@ -164,6 +166,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-strategies", action="store_true", help="skip the inventory-strategy matrix (bench.strategies)"
     )
     parser.add_argument("--no-buckets", action="store_true", help="skip the stock-bucket runs (bench.buckets)")
+    parser.add_argument("--no-wal", action="store_true", help="skip WAL and HOT per checkout (bench.wal)")
     return parser.parse_args(argv)
 
 
@@ -263,6 +266,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("stock buckets (bench.buckets)")
         bucket_args = buckets.parse_args([*common, "--connections", str(args.connections)])
         code = max(code, buckets.run(url, tokens_file, customer_id, bucket_args, command="make bench"))
+    if not args.no_wal:
+        # WAL bytes and HOT updates per checkout beside the seed's transaction, at each stock-row fillfactor.
+        log("WAL and HOT per checkout (bench.wal)")
+        wal_args = wal.parse_args(["--dbname", args.dbname, *(["--no-docs"] if args.no_docs else [])])
+        code = max(code, wal.run_report(url, customer_id, wal_args, command="make bench"))
     return code
 
 

@@ -21,7 +21,11 @@ class Order(models.Model):
     Status = OrderStatus
     CancelReason = OrderCancelReason
 
-    customer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders")
+    # db_index=False on a foreign key here and below: an index below (or a unique constraint) leads with the column,
+    # and every index is one more write per checkout (docs/benchmarks.md#issue-26-the-databases-work-per-checkout)
+    customer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders", db_index=False
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING_PAYMENT)
     payment_expires_at = models.DateTimeField(null=True, blank=True)
     # NULL while the order is not cancelled, as in the seed schema.
@@ -68,7 +72,7 @@ class Order(models.Model):
 
 
 class OrderLine(models.Model):
-    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines")
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="lines", db_index=False)
     product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="+")
     qty = models.IntegerField()
     unit_price = models.DecimalField(max_digits=12, decimal_places=2)
@@ -99,8 +103,8 @@ class Reservation(models.Model):
 
     Status = ReservationStatus
 
-    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="reservations")
-    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="reservations")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="reservations", db_index=False)
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="reservations", db_index=False)
     qty = models.IntegerField()
     # The stock row (StockBucket.bucket) that holds the units: what release, cancel, expiry and payment take them
     # from. Written by the checkout's statements (bucket 0, then the bucket the reserve statement took:

@@ -113,6 +113,23 @@ DB_STATEMENT_TIMEOUT_MS = env.int("DB_STATEMENT_TIMEOUT_MS", default=15000)
 GUNICORN_TIMEOUT = env.int("GUNICORN_TIMEOUT", default=30)
 # The database URL points at PgBouncer in transaction mode (no startup ``options``; see _database()).
 PGBOUNCER = env.bool("DB_PGBOUNCER", default=False)
+# Server-side prepared statements (psycopg's prepare_threshold with Django's server-side binding): a statement a
+# connection has run PREPARE_THRESHOLD times is parsed and planned once and then only executed, which takes about
+# 0.8-1.0 ms of the primary's CPU off every checkout (docs/benchmarks.md#issue-26). On by default on a direct
+# connection; PgBouncer 1.18 in transaction mode cannot keep a prepared statement (it lives in one server session),
+# so it is off with DB_PGBOUNCER=true and asking for both refuses to start. Unknown values are errors.
+_PREPARED = env.str("DB_PREPARED_STATEMENTS", default="").strip().lower()
+if _PREPARED not in ("", "true", "false"):
+    raise ImproperlyConfigured(f"DB_PREPARED_STATEMENTS must be true or false, not {_PREPARED!r}")
+DB_PREPARED_STATEMENTS = _PREPARED == "true" if _PREPARED else not PGBOUNCER
+if DB_PREPARED_STATEMENTS and PGBOUNCER:
+    raise ImproperlyConfigured(
+        "DB_PREPARED_STATEMENTS=true with DB_PGBOUNCER=true: PgBouncer 1.18 in transaction mode cannot keep "
+        "server-side prepared statements; leave DB_PREPARED_STATEMENTS unset (off behind PgBouncer)"
+    )
+# After how many runs on one connection a statement is prepared (psycopg's default): the checkout's statements are
+# prepared from a connection's sixth checkout; one-off statements (the admin's) never pay the extra round trip.
+DB_PREPARE_THRESHOLD = 5
 # A service transaction slower than this is logged as a warning (logger skincare.db.slow).
 DB_SLOW_TRANSACTION_MS = env.int("DB_SLOW_TRANSACTION_MS", default=1000)
 # A persistent connection idle longer than this is health-checked (SELECT 1) before a request uses it.
@@ -148,6 +165,9 @@ def _database():
         options.setdefault(
             "options", f"-c lock_timeout={DB_LOCK_TIMEOUT_MS} -c statement_timeout={DB_STATEMENT_TIMEOUT_MS}"
         )
+    if DB_PREPARED_STATEMENTS:
+        options["server_side_binding"] = True
+        options["prepare_threshold"] = DB_PREPARE_THRESHOLD
     if env.bool("DB_POOL", default=False):
         # Django's psycopg pool, per process: connections are borrowed per request and returned at its end.
         options["pool"] = {
@@ -166,8 +186,8 @@ def _database():
         # (payments/tests/test_outages.py runs both ways).
         config["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=False)
     # No session state: server-side cursors (QuerySet.iterator) would need the same server connection across
-    # transactions, which a transaction-mode pooler does not promise. (Prepared statements are off by default in
-    # Django's psycopg backend; advisory locks, where used, must be pg_advisory_xact_lock.)
+    # transactions, which a transaction-mode pooler does not promise. (Prepared statements: DB_PREPARED_STATEMENTS
+    # above; advisory locks, where used, must be pg_advisory_xact_lock.)
     config["DISABLE_SERVER_SIDE_CURSORS"] = True
     config.setdefault("TEST", {})["NAME"] = env("DATABASE_TEST_NAME", default=f"test_{config['NAME']}")
     return config
