@@ -17,6 +17,7 @@ urlpatterns = [
     path("v1/", include("orders.urls")),
     path("v1/", include("payments.urls")),
     path("v1/", include("carts.urls")),
+    path("v1/", include("waitingroom.urls")),
     path("v1/schema", SchemaView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("healthz", health.healthz, name="healthz"),
