@@ -32,6 +32,12 @@ def rewind_queue_clock(product, seconds: float) -> None:
         )
 
 
+def reset_queue_clock(product) -> None:
+    """As if the queue had just advanced: no credit, the credit clock at the database's now."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE product_queues SET credit = 0, credited_at = now() WHERE product_id = %s", [product.pk])
+
+
 def lapse_admissions(product) -> None:
     """Every outstanding admission of the product lapses (admitted_until moved into the past)."""
     with connection.cursor() as cursor:

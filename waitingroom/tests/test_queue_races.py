@@ -5,7 +5,7 @@ window set in the past, a queue's credit clock moved back), never by sleeping.
 * 1,000 customers join before the opening in a known order: their places are uncorrelated with it (Spearman's
   rank correlation |rho| < 0.15, i.e. more than four standard deviations of chance, 1/sqrt(999) = 0.032).
   Control: placed by arrival (no shuffle) rho is 1.
-* After the opening, under concurrent joins and a concurrent advancer, a customer whose join returned before
+* After the opening, under concurrent joins (80, in four waves) and a concurrent advancer, a customer whose join returned before
   another's began is placed and admitted before it. Control: placing late joiners by the draw breaks it.
 * One pass per customer under 50 concurrent joins. Control: check-then-insert makes 50.
 * No checkout of a queued product without an admission. Control: without the check, the unadmitted buy.
@@ -34,7 +34,14 @@ from waitingroom import admission, services
 from waitingroom.exceptions import AdmissionRequired, QueueSoldOut
 from waitingroom.models import QueuePass
 from waitingroom.selectors import pass_get
-from waitingroom.testing import admit_now, admitted_positions, queue_product, rewind_queue_clock, sale_starts_in
+from waitingroom.testing import (
+    admit_now,
+    admitted_positions,
+    queue_product,
+    reset_queue_clock,
+    rewind_queue_clock,
+    sale_starts_in,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,27 +92,29 @@ def test_control_without_the_shuffle_the_order_is_the_arrival_order(make_product
 
 
 def later_joiners_overtaken(make_product, prefix):
-    """60 customers join after the opening in 3 concurrent waves of 20 while an advancer thread keeps placing and
-    admitting. Returns the pairs (earlier, later) — the earlier's join returned before the later's began — where
-    the later one was placed or admitted first."""
+    """80 customers join after the opening in 4 concurrent waves of 20. An advancer thread places and admits while
+    waves 1 and 3 join (so joins and placements interleave) and is idle during waves 0 and 2 (so one placement
+    takes passes of two waves). Returns the pairs (earlier, later) — the earlier's join returned before the
+    later's began — where the later one was placed or admitted first."""
     product = make_product(stock=10_000)
     queue_product(product, pace=1000, starts_in=-1)
-    customers = make_customers(60, prefix)
+    customers = make_customers(80, prefix)
     joined = {}  # customer id -> (started, returned) by one monotonic clock
-    stop = threading.Event()
+    stop, running = threading.Event(), threading.Event()
 
     def advancer():
         try:
             while not stop.is_set():
-                rewind_queue_clock(product, 0.01)  # ten admissions' worth per advance
-                services.queue_advance(product_id=product.pk)
+                if running.wait(timeout=0.05):
+                    rewind_queue_clock(product, 0.01)  # ten admissions' worth per advance
+                    services.queue_advance(product_id=product.pk)
         finally:
             connections.close_all()
 
     thread = threading.Thread(target=advancer, name="advancer")
     thread.start()
     try:
-        for wave in range(3):
+        for wave in range(4):
             batch = customers[wave * 20 : (wave + 1) * 20]
 
             def join(i, batch=batch):
@@ -113,7 +122,10 @@ def later_joiners_overtaken(make_product, prefix):
                 services.queue_join(customer=batch[i], product_id=product.pk)
                 joined[batch[i].pk] = (started, time.monotonic())
 
+            if wave % 2:
+                running.set()
             outcomes = run_concurrently(20, join)
+            running.clear()
             assert [o.error for o in outcomes if o.error] == []
     finally:
         stop.set()
@@ -125,8 +137,8 @@ def later_joiners_overtaken(make_product, prefix):
             "customer_id", "position", "admitted_at"
         )
     }
-    assert sorted(p for p, _a in rows.values()) == list(range(1, 61))
-    assert admitted_positions(product) == list(range(1, 61))
+    assert sorted(p for p, _a in rows.values()) == list(range(1, 81))
+    assert admitted_positions(product) == list(range(1, 81))
     return [
         (a, b)
         for a in joined
@@ -236,7 +248,8 @@ def test_admissions_never_exceed_the_pace_even_with_eight_sweepers(make_product)
     queue_product(product, pace=5, starts_in=600)
     for customer in make_customers(300, "pace"):
         services.queue_join(customer=customer, product_id=product.pk)
-    sale_starts_in(product, 0)  # opens now: no credit earned yet
+    sale_starts_in(product, -3600)  # opened an hour ago, and the queue's credit clock starts now
+    reset_queue_clock(product)
     earned_seconds = 0.0
     admitted = services.queue_advance(product_id=product.pk).admitted
     assert admitted <= 1  # the microseconds since the opening
@@ -265,7 +278,8 @@ def test_control_without_the_pace_everyone_is_admitted_at_once(make_product, mon
     queue_product(product, pace=5, starts_in=600)
     for customer in make_customers(300, "nopace"):
         services.queue_join(customer=customer, product_id=product.pk)
-    sale_starts_in(product, 0)
+    sale_starts_in(product, -3600)
+    reset_queue_clock(product)
     rewind_queue_clock(product, 1.0)
     assert services.queue_advance(product_id=product.pk).admitted == 300  # 60 times the pace
 
