@@ -273,3 +273,17 @@ def _product_exists(product_id: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM products WHERE id = %s", [product_id])
         return cursor.fetchone() is not None
+
+
+def flash_sale_queue(product_id: int, queued: bool, admit_per_second: int | None) -> str | None:
+    """``flash_sale_setup``'s queue (registered with ``orders.sale_setup``): a fresh queue for the new sale (the old
+    one's passes are deleted) or none. Returns the line the command prints (None without a queue)."""
+    queue_remove(product_id=product_id)
+    if not queued:
+        return None
+    queue_set(product_id=product_id, admit_per_second=admit_per_second)
+    pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
+    return (
+        f"flash_sale_setup: queue admit_per_second={pace} opens_for_joining={settings.QUEUE_OPENS_BEFORE_SECONDS} s "
+        f"before the sale; admission_ttl={settings.ADMISSION_TTL_SECONDS} s"
+    )
