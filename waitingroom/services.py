@@ -250,8 +250,10 @@ def queue_set(*, product_id: int, admit_per_second: int | None = None) -> None:
 
 @transaction.atomic
 def queue_remove(*, product_id: int) -> int:
-    """The product sells without a queue again; its passes are deleted. Returns how many."""
+    """The product sells without a queue again; its passes are deleted. Returns how many. The queue's row is locked
+    first (waiting for an advance under way), then the passes: the advancer's order, so the two cannot deadlock."""
     with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM product_queues WHERE product_id = %s FOR UPDATE", [product_id])
         cursor.execute("DELETE FROM queue_passes WHERE product_id = %s", [product_id])
         deleted = cursor.rowcount
         cursor.execute("DELETE FROM product_queues WHERE product_id = %s", [product_id])

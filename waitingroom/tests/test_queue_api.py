@@ -1,6 +1,8 @@
 """The waiting room over HTTP and through the checkout: join and poll, the refusals that write nothing, and the
 checkout's admission check on /v1/checkout and the cart checkout (docs/queue.md)."""
 
+import math
+
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
@@ -11,6 +13,7 @@ from orders import services as order_services
 from orders.models import Order
 from waitingroom import services
 from waitingroom.models import QueuePass
+from waitingroom.selectors import poll_after_seconds
 from waitingroom.testing import admit_now, lapse_admissions, queue_product, sale_starts_in
 
 pytestmark = pytest.mark.django_db
@@ -219,3 +222,14 @@ def test_sale_window_still_comes_first(api, make_product):
     assert checkout(api, product).json()["code"] == "sale_not_started"
     sale_starts_in(product, -1)
     assert checkout(api, product).json()["code"] == "admission_required"
+
+
+@pytest.mark.parametrize("waiting", [5_000, 100_000, 1_000_000])
+def test_the_total_poll_rate_stays_under_the_stated_bound(waiting, settings):
+    """docs/queue.md#polling: N waiting passes at pace r poll at most 2r(1 + ln(1 + N / (2r·P_min))) times a
+    second, whatever N."""
+    pace = 50
+    rate = sum(1 / poll_after_seconds(ahead=d, pace=pace, paused=False) for d in range(waiting))
+    bound = 2 * pace * (1 + math.log(1 + waiting / (2 * pace * settings.QUEUE_POLL_MIN_SECONDS)))
+    assert rate <= bound
+    assert rate > bound / 2  # the bound is not loose by orders of magnitude
