@@ -13,11 +13,11 @@ handler404 = "skincare.api.not_found"
 handler500 = "skincare.api.server_error"
 
 urlpatterns = [
+    path("v1/", include("waitingroom.urls")),  # first: a poll is the most frequent request of a queued sale
     path("v1/", include("inventory.urls")),
     path("v1/", include("orders.urls")),
     path("v1/", include("payments.urls")),
     path("v1/", include("carts.urls")),
-    path("v1/", include("waitingroom.urls")),
     path("v1/schema", SchemaView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("healthz", health.healthz, name="healthz"),
