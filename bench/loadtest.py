@@ -160,7 +160,7 @@ def opening(*, base: str, url: str, secret: str, tokens_file: Path) -> dict[str,
     return result
 
 
-QUEUE_CROWD, QUEUE_STOCK, QUEUE_PACE, QUEUE_STARTS_IN = 5000, 500, 50, 45
+QUEUE_CROWD, QUEUE_STOCK, QUEUE_PACE, QUEUE_STARTS_IN = 5000, 500, 50, 75
 
 # Backends inside a checkout transaction: their current (or, idle in transaction, last) statement is one of the
 # checkout's (QUOTES_SQL takes the customer lock, the admission check, ORDER_SQL, the stock UPDATE or claim).
@@ -234,6 +234,10 @@ def queue_profile(*, base: str, url: str, secret: str, tokens_file: Path) -> lis
         )
     crowd["checkouts_in_db_peak"] = crowd_sampler.peak
     crowd["expect"] = f"exactly {QUEUE_STOCK} created, the crowd at once"
+    # The crowd without a queue is the reference: requests the overloaded server never answered (client time-outs,
+    # status 0) are what the queue is for, reported, not a failure of this run; 5xx, an oversell or a dirty audit are.
+    crowd["violations"] = [v for v in crowd.get("violations", []) if not v.endswith("(5xx: 0)")]
+    crowd["client_timeouts"] = crowd.get("failures", 0)
     if crowd.get("created") != QUEUE_STOCK:
         crowd.setdefault("violations", []).append(f"expected {QUEUE_STOCK} sales, got {crowd.get('created')}")
 
@@ -261,7 +265,13 @@ def queue_profile(*, base: str, url: str, secret: str, tokens_file: Path) -> lis
                 tokens_file=tokens_file,
                 stock=QUEUE_STOCK,
                 since_order_id=since,
-                extra_env={"QUEUE_BUYERS": str(QUEUE_CROWD), "QUEUE_OPENS_AT_EPOCH": repr(opens_at)},
+                extra_env={
+                    "QUEUE_BUYERS": str(QUEUE_CROWD),
+                    "QUEUE_OPENS_AT_EPOCH": repr(opens_at),
+                    # Buyers arrive over the countdown (a queue opens QUEUE_OPENS_BEFORE_SECONDS before the sale),
+                    # all of them before the opening.
+                    "QUEUE_JOIN_SPREAD_SECONDS": str(max(1, opens_at - time.time() - 15)),
+                },
             )
     finally:
         sweeper.terminate()
@@ -403,8 +413,10 @@ def main(argv=None):
         if r["name"] == "queue-none":
             print(
                 f"queue profile, no queue: {r.get('opening_buyers')} buyers at the opening, "
-                f"opening-second p50 {r.get('opening_second_p50_ms')} ms p99 {r.get('opening_second_p99_ms')} ms, "
-                f"all answered after {r.get('last_answer_after_opening_ms')} ms; "
+                f"checkouts p50 {r.get('opening_checkout_p50_ms')} ms p99 {r.get('opening_checkout_p99_ms')} ms "
+                f"(opening second: p50 {r.get('opening_second_p50_ms')} ms p99 {r.get('opening_second_p99_ms')} ms), "
+                f"all answered after {r.get('last_answer_after_opening_ms')} ms; {r.get('client_timeouts')} requests "
+                f"never answered (client time-outs); "
                 f"peak checkouts inside the database {r.get('checkouts_in_db_peak')}; 5xx {r.get('server_errors', 0)}"
             )
         if r["name"] == "queue":
