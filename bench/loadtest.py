@@ -214,37 +214,46 @@ def sale_opens_at(url: str) -> float:
     return float(epoch)
 
 
-def queue_profile(*, base: str, url: str, secret: str, tokens_file: Path) -> list[dict[str, Any]]:
+def queue_profile(
+    *,
+    base: str,
+    url: str,
+    secret: str,
+    tokens_file: Path,
+    crowd_size: int = QUEUE_CROWD,
+    stock: int = QUEUE_STOCK,
+    pace: int = QUEUE_PACE,
+) -> list[dict[str, Any]]:
     """The same crowd at one opening without a queue, then with one (see the module docstring)."""
     window = ("--duration", "600", "--max-per-customer", "1")
-    since = flash_sale_setup(url, QUEUE_STOCK, "--starts-in", str(QUEUE_STARTS_IN), *window)
+    since = flash_sale_setup(url, stock, "--starts-in", str(QUEUE_STARTS_IN), *window)
     with CheckoutsInDatabase(url) as crowd_sampler:
         crowd = run_locust(
             name="queue-none",
             base=base,
             url=url,
             secret=secret,
-            users=QUEUE_CROWD,
+            users=crowd_size,
             classes=["OpeningBuyer"],
             run_time=f"{QUEUE_STARTS_IN + 240}s",
             tokens_file=tokens_file,
-            stock=QUEUE_STOCK,
+            stock=stock,
             since_order_id=since,
-            extra_env={"OPENING_BUYERS": str(QUEUE_CROWD)},
+            extra_env={"OPENING_BUYERS": str(crowd_size)},
         )
     crowd["checkouts_in_db_peak"] = crowd_sampler.peak
-    crowd["expect"] = f"exactly {QUEUE_STOCK} created, the crowd at once"
+    crowd["expect"] = f"exactly {stock} created, the crowd at once"
     # The crowd without a queue is the reference: requests the overloaded server never answered (client time-outs,
     # status 0) are what the queue is for, reported, not a failure of this run; 5xx, an oversell or a dirty audit are.
     crowd["violations"] = [v for v in crowd.get("violations", []) if not v.endswith("(5xx: 0)")]
     crowd["client_timeouts"] = crowd.get("failures", 0)
-    if crowd.get("created") != QUEUE_STOCK:
-        crowd.setdefault("violations", []).append(f"expected {QUEUE_STOCK} sales, got {crowd.get('created')}")
+    if crowd.get("created") != stock:
+        crowd.setdefault("violations", []).append(f"expected {stock} sales, got {crowd.get('created')}")
 
     since = flash_sale_setup(
         url,
-        QUEUE_STOCK,
-        *("--starts-in", str(QUEUE_STARTS_IN), *window, "--queue", "--admit-per-second", str(QUEUE_PACE)),
+        stock,
+        *("--starts-in", str(QUEUE_STARTS_IN), *window, "--queue", "--admit-per-second", str(pace)),
     )
     opens_at = sale_opens_at(url)
     sweeper = subprocess.Popen(
@@ -259,14 +268,14 @@ def queue_profile(*, base: str, url: str, secret: str, tokens_file: Path) -> lis
                 base=base,
                 url=url,
                 secret=secret,
-                users=QUEUE_CROWD,
+                users=crowd_size,
                 classes=["QueueBuyer"],
                 run_time=f"{QUEUE_STARTS_IN + 300}s",
                 tokens_file=tokens_file,
-                stock=QUEUE_STOCK,
+                stock=stock,
                 since_order_id=since,
                 extra_env={
-                    "QUEUE_BUYERS": str(QUEUE_CROWD),
+                    "QUEUE_BUYERS": str(crowd_size),
                     "QUEUE_OPENS_AT_EPOCH": repr(opens_at),
                     # Buyers arrive over the countdown (a queue opens QUEUE_OPENS_BEFORE_SECONDS before the sale),
                     # all of them before the opening.
@@ -277,9 +286,9 @@ def queue_profile(*, base: str, url: str, secret: str, tokens_file: Path) -> lis
         sweeper.terminate()
         sweeper.wait(30)
     queued["checkouts_in_db_peak"] = queue_sampler.peak
-    queued["expect"] = f"exactly {QUEUE_STOCK} created through the queue, everyone else sold_out"
-    if queued.get("created") != QUEUE_STOCK:
-        queued.setdefault("violations", []).append(f"expected {QUEUE_STOCK} sales, got {queued.get('created')}")
+    queued["expect"] = f"exactly {stock} created through the queue, everyone else sold_out"
+    if queued.get("created") != stock:
+        queued.setdefault("violations", []).append(f"expected {stock} sales, got {queued.get('created')}")
     return [crowd, queued]
 
 
@@ -292,6 +301,11 @@ def main(argv=None):
         "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", (os.cpu_count() or 2) + 1))
     )
     parser.add_argument("--only", action="append", metavar="PROFILE", help="run only these profiles (repeatable)")
+    parser.add_argument("--queue-crowd", type=int, default=QUEUE_CROWD, help=f"queue profile: buyers ({QUEUE_CROWD})")
+    parser.add_argument("--queue-stock", type=int, default=QUEUE_STOCK, help=f"queue profile: units ({QUEUE_STOCK})")
+    parser.add_argument(
+        "--queue-pace", type=int, default=QUEUE_PACE, help=f"queue profile: admissions/s ({QUEUE_PACE})"
+    )
     args = parser.parse_args(argv)
 
     def wanted(profile: str) -> bool:
@@ -311,7 +325,7 @@ def main(argv=None):
         log(f"fresh database {url.split('?')[0]}")
         recreate_database(url)
     tokens_file = RESULTS / "loadtest-tokens.json"
-    buyers = QUEUE_CROWD if wanted("queue") and not naive else 1000
+    buyers = max(1000, args.queue_crowd) if wanted("queue") and not naive else 1000
     log(f"issuing {buyers} customer tokens (manage.py issue_token, one per buyer)")
     ctl(url, "tokens", str(buyers), "loadtest-buyer", str(tokens_file))
 
@@ -369,7 +383,17 @@ def main(argv=None):
         if wanted("ticket-1000"):
             results.append(flash_sale("ticket-1000", 1000, "180s"))
         if not naive and wanted("queue"):
-            results.extend(queue_profile(base=base, url=url, secret=secret, tokens_file=tokens_file))
+            results.extend(
+                queue_profile(
+                    base=base,
+                    url=url,
+                    secret=secret,
+                    tokens_file=tokens_file,
+                    crowd_size=args.queue_crowd,
+                    stock=args.queue_stock,
+                    pace=args.queue_pace,
+                )
+            )
     finally:
         if server:
             logged = server.errors_in_log()
