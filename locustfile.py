@@ -11,6 +11,9 @@ User classes:
 * ``OpeningBuyer`` - the opening of a sale window: polls product 101, counts down from its ``seconds_to_start``,
   fires one checkout at the opening (again after a ``409 sale_not_started``), and the run quits once all
   ``OPENING_BUYERS`` have a final answer; reports p50/p99 of the opening second and the buyers answered within 1 s.
+* ``QueueBuyer`` - the waiting room (docs/queue.md): joins product 101's queue, polls its pass after each
+  ``poll_after``, checks out once admitted and pays; the run quits once all ``QUEUE_BUYERS`` have a final state
+  (bought or sold_out); reports admitted checkouts' p50/p99, polls' p99 and rate, and when the sale sold out.
 * ``CartShopper`` - builds a cart of products 102-108 (``POST /v1/carts``), reads and edits it, waits, and checks it
   out with an ``Idempotency-Key`` (201, or 409 ``stock_conflict``), then presses pay again: that must answer 409
   ``cart_checked_out`` naming the same order. When the carts expire quickly (CART_TTL_SECONDS at most 30, as in
@@ -31,6 +34,9 @@ Environment (all optional):
   FLASH_SALE_BURST           number of FlashSaleBuyers released together, then quit (0: no barrier, no quit).
   OPENING_BUYERS             number of OpeningBuyers (the run quits when all have a final answer).
   OPENING_POLL_SECONDS       how often an OpeningBuyer polls the product before the last stretch (default 2).
+  QUEUE_BUYERS               number of QueueBuyers (the run quits when all have a final state).
+  QUEUE_JOIN_SPREAD_SECONDS  QueueBuyers join at a random moment of the first this-many seconds (default 0).
+  QUEUE_OPENS_AT_EPOCH       the sale's opening (Unix seconds) the queue report counts from.
   LOADTEST_SUMMARY           path of a JSON file to write the counters and check results to.
   DATABASE_URL               the database the server uses (for the checks; default: the embedded dev database).
   CART_TTL_SECONDS           the server's cart lifetime (default 1800); at most 30 turns on the late CartShoppers.
@@ -280,6 +286,129 @@ def opening_report():
         "answered_within_1s": sum(1 for answered in finals if answered < opening + 1),
         "last_answer_after_opening_ms": round((max(finals) - opening) * 1000, 1) if finals else None,
         "opening_finals": dict(OPENING["final"]),
+        # every checkout of the crowd, whenever it was sent (the queue profile compares them with the admitted ones)
+        "opening_checkout_p50_ms": pct(sorted((a - s) * 1000 for s, a, _st, _c in OPENING["requests"]), 0.5),
+        "opening_checkout_p99_ms": pct(sorted((a - s) * 1000 for s, a, _st, _c in OPENING["requests"]), 0.99),
+    }
+
+
+# The "queue" profile (docs/queue.md): buyers join product 101's queue before the opening, poll their pass when
+# its poll_after says, check out once admitted, pay, and stop at a final state (bought, sold_out, expired).
+QUEUE_BUYERS = int(os.environ.get("QUEUE_BUYERS", "0"))
+# polls: (sent, answered); checkouts: (sent, answered, status, code); first_sold_out: when a pass first said so.
+QUEUE = {"polls": [], "checkouts": [], "joins": [], "done": 0, "final": collections.Counter(), "first_sold_out": None}
+
+
+QUEUE_JOIN_SPREAD = float(os.environ.get("QUEUE_JOIN_SPREAD_SECONDS", "0"))
+
+
+class QueueBuyer(CustomerUser):
+    """Joins product 101's queue (one pass) at a random moment of the first QUEUE_JOIN_SPREAD_SECONDS, polls it after
+    each ``poll_after``, checks out once ``admitted`` (and pays by signed webhook, so that a sold-out sale ends the
+    queue), and stops at a final answer. Like a real client it retries a request that got no answer (a timeout or a
+    refused connection on an overloaded machine, counted under status 0) after a short back-off."""
+
+    wait_time = constant(0)
+    weight = 1
+
+    def queue_pass(self, method):
+        name = "POST /v1/products/101/queue" if method == "post" else "GET /v1/products/101/queue [poll]"
+        for attempt in range(8):
+            sent = time.time()
+            request = self.client.post if method == "post" else self.client.get
+            with request(
+                f"/v1/products/{FLASH_PRODUCT}/queue", headers=self.auth, name=name, catch_response=True
+            ) as resp:
+                if resp.status_code == 0:  # no answer: counted, retried
+                    count("queue join" if method == "post" else "queue poll", 0)
+                    resp.success()
+                else:
+                    ok = expect(resp, "queue join" if method == "post" else "queue poll", (200, 201))
+                    (QUEUE["joins"] if method == "post" else QUEUE["polls"]).append((sent, time.time()))
+                    return resp.json() if ok else None
+            gevent.sleep(min(8, 2**attempt) * random.uniform(0.5, 1.0))
+        return None
+
+    def buy(self):
+        sent = time.time()
+        with self.client.post(
+            "/v1/checkout",
+            json={"items": [{"product_id": FLASH_PRODUCT, "qty": 1}]},
+            headers=self.auth,
+            name="POST /v1/checkout [admitted]",
+            catch_response=True,
+        ) as resp:
+            code = (resp.json() or {}).get("code") if resp.status_code in (409, 410) else None
+            QUEUE["checkouts"].append((sent, time.time(), resp.status_code, code))
+            count("checkout admitted", f"{resp.status_code} {code}" if code else resp.status_code)
+            if resp.status_code == 201 or (
+                resp.status_code in (409, 410) and code in ("stock_conflict", "admission_expired")
+            ):
+                resp.success()
+            else:
+                resp.failure(f"unexpected {resp.status_code}: {(resp.text or '')[:200]}")
+            order = resp.json() if resp.status_code == 201 else None
+        if order is not None:
+            self.pay(order["order_id"], order["total"])
+            return "201"
+        return f"{resp.status_code} {code}" if code else str(resp.status_code)
+
+    @task
+    def queue_and_buy(self):
+        gevent.sleep(random.uniform(0, QUEUE_JOIN_SPREAD))
+        queue_pass = self.queue_pass("post")
+        final = "error"
+        for _ in range(5000):
+            if queue_pass is None:
+                break
+            state = queue_pass["state"]
+            if state == "admitted":
+                final = self.buy()
+                break
+            if state in ("sold_out", "expired", "used"):
+                if state == "sold_out" and QUEUE["first_sold_out"] is None:
+                    QUEUE["first_sold_out"] = time.time()
+                final = state
+                break
+            gevent.sleep(queue_pass["poll_after"] or 1)
+            queue_pass = self.queue_pass("get")
+        QUEUE["final"][final] += 1
+        QUEUE["done"] += 1
+        if QUEUE["done"] == QUEUE_BUYERS:
+            gevent.spawn_later(0.1, self.environment.runner.quit)
+        raise StopUser()
+
+
+def queue_report(opening_at):
+    """Admitted checkouts' p50/p99, polls' p99 and rate, the time from the opening to the last sale and to the
+    first sold_out answer (seconds, this machine's clock = the database's: the load test runs beside it)."""
+
+    def pct(values, q):
+        values = sorted(values)
+        return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else None
+
+    checkouts = [(answered - sent) * 1000 for sent, answered, _s, _c in QUEUE["checkouts"]]
+    polls = QUEUE["polls"]
+    poll_ms = [(answered - sent) * 1000 for sent, answered in polls]
+    per_second = collections.Counter(int(sent) for sent, _a in polls)
+    span = (max(s for s, _a in polls) - min(s for s, _a in polls)) if len(polls) > 1 else 0
+    sales = [answered for _s, answered, status, _c in QUEUE["checkouts"] if status == 201]
+    return {
+        "queue_buyers": QUEUE_BUYERS,
+        "queue_finals": dict(QUEUE["final"]),
+        "queue_checkout_p50_ms": pct(checkouts, 0.5),
+        "queue_checkout_p99_ms": pct(checkouts, 0.99),
+        "queue_checkout_max_ms": round(max(checkouts), 1) if checkouts else None,
+        "queue_join_p99_ms": pct([(a - s) * 1000 for s, a in QUEUE["joins"]], 0.99),
+        "queue_polls": len(polls),
+        "queue_poll_p50_ms": pct(poll_ms, 0.5),
+        "queue_poll_p99_ms": pct(poll_ms, 0.99),
+        "queue_polls_per_second_mean": round(len(polls) / span, 1) if span else None,
+        "queue_polls_per_second_peak": max(per_second.values()) if per_second else None,
+        "queue_last_sale_after_opening_s": round(max(sales) - opening_at, 2) if sales and opening_at else None,
+        "queue_first_sold_out_after_opening_s": round(QUEUE["first_sold_out"] - opening_at, 2)
+        if QUEUE["first_sold_out"] and opening_at
+        else None,
     }
 
 
@@ -494,6 +623,17 @@ def _check_invariants(environment, **_kwargs):
         print("opening: " + ", ".join(f"{k}={v}" for k, v in opening.items()), flush=True)
         if OPENING["done"] != OPENING_BUYERS:
             violations.append(f"{OPENING_BUYERS} opening buyers but only {OPENING['done']} got a final answer")
+    queue = {}
+    if QUEUE_BUYERS:
+        created, conflicts = QUEUE["final"].get("201", 0), QUEUE["final"].get("sold_out", 0)
+        opening_at = float(os.environ.get("QUEUE_OPENS_AT_EPOCH", "0")) or None
+        queue = queue_report(opening_at)
+        print("queue: " + ", ".join(f"{k}={v}" for k, v in queue.items()), flush=True)
+        if QUEUE["done"] != QUEUE_BUYERS:
+            violations.append(f"{QUEUE_BUYERS} queue buyers but only {QUEUE['done']} got a final answer")
+        # Bought, told sold_out, or admitted but too late (the turn went to the next): anything else is a failure.
+        if set(QUEUE["final"]) - {"201", "sold_out", "expired", "410 admission_expired"}:
+            violations.append(f"queue buyers ended otherwise than bought, sold_out or expired: {dict(QUEUE['final'])}")
     print(f"flash sale (product {FLASH_PRODUCT}, stock {FLASH_SALE_STOCK}): created={created} conflict={conflicts}")
     server_errors = sum(n for counter in COUNTS.values() for status, n in counter.items() if status.startswith("5"))
     if total.num_failures:
@@ -550,6 +690,7 @@ def _check_invariants(environment, **_kwargs):
                     "rps": total.total_rps,
                     "violations": violations,
                     **opening,
+                    **queue,
                 },
                 indent=2,
             )

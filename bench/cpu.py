@@ -66,11 +66,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SCENARIOS = ("healthz", "product_get", "checkout_sold_out", "checkout")
+SCENARIOS = ("healthz", "product_get", "checkout_sold_out", "checkout", "queue_poll")
 PREFIX = "cpu-bench-"
 CUSTOMER = f"{PREFIX}customer"
 SKU_STOCK = f"{PREFIX}stock"
 SKU_SOLD_OUT = f"{PREFIX}sold-out"
+SKU_QUEUED = f"{PREFIX}queued"
 BIG_STOCK = 10_000_000
 
 Stats = dict[str, Any]
@@ -200,6 +201,7 @@ class Fixture:
     token: str
     product_id: int
     sold_out_id: int
+    queued_id: int
 
 
 def _product(sku: str, name: str, stock: int) -> int:
@@ -234,7 +236,9 @@ def prepare() -> Fixture:
         token=token,
         product_id=_product(SKU_STOCK, "CPU bench product (huge stock, bench only)", BIG_STOCK),
         sold_out_id=_product(SKU_SOLD_OUT, "CPU bench product (sold out, bench only)", 0),
+        queued_id=_product(SKU_QUEUED, "CPU bench product (sold through a paused queue, bench only)", 10),
     )
+    _waiting_pass(fixture)
     left = cancel_pending(fixture)
     if left:
         log(f"cancelled {left} bench orders left pending by an earlier run")
@@ -251,6 +255,17 @@ def prepare() -> Fixture:
         )
         log(f"{SKU_STOCK}: stock topped up from {stock} to {BIG_STOCK}")
     return fixture
+
+
+def _waiting_pass(fixture: Fixture) -> None:
+    """The queue_poll scenario's pass: the bench customer waits, placed, in a paused queue (docs/queue.md), so every
+    poll answers the same waiting pass."""
+    from waitingroom import services as waitingroom_services
+
+    waitingroom_services.queue_set(product_id=fixture.queued_id, admit_per_second=1)
+    waitingroom_services.queue_pause(product_id=fixture.queued_id, paused=True)
+    waitingroom_services.queue_join(customer=fixture.customer, product_id=fixture.queued_id)
+    waitingroom_services.queue_advance(product_id=fixture.queued_id)
 
 
 def cancel_pending(fixture: Fixture) -> int:
@@ -367,6 +382,11 @@ def scenario_callables(fixture: Fixture, names: Iterable[str]) -> dict[str, Call
         ),
         "checkout": lambda: wsgi_request(
             "POST", "/v1/checkout", expected=201, body=checkout_body(fixture.product_id), headers=auth, handler=handler
+        ),
+        # A waiting pass's poll (GET /v1/products/<id>/queue), against the sold-out 409 (issue 25: "a poll costs no
+        # more CPU than today's sold-out 409").
+        "queue_poll": lambda: wsgi_request(
+            "GET", f"/v1/products/{fixture.queued_id}/queue", expected=200, headers=auth, handler=handler
         ),
     }
     return {name: builders[name]() for name in names}

@@ -14,6 +14,16 @@ Profiles (each ends with the invariant checks in locustfile.py: audit_inventory 
                 rest 409 stock_conflict, no 5xx, audit clean; reports p50/p99 of the opening second and how many
                 buyers were answered within 1 s of the opening.
 4. ticket-1000  the seed's ticket case: 1000 buyers, one unit, exactly one sale.
+5. queue        the waiting room (docs/queue.md), two runs of the same crowd (QUEUE_CROWD = 5,000 buyers, stock
+                500, one per customer): first WITHOUT a queue (OpeningBuyers firing at the opening, as in
+                ``opening``), then WITH one (flash_sale_setup --queue --admit-per-second QUEUE_PACE; the buyers
+                join before the opening, poll when poll_after says, check out when admitted and pay; a sweeper
+                ``expire_reservations --loop --interval 0.5`` advances admissions). Each must sell exactly 500
+                with no 5xx and a clean audit; the queued run must end every buyer bought or sold_out. Reports
+                the admitted checkouts' p50/p99 beside the crowd's, poll p99 and polls/s, the time from the
+                opening to the last sale and to sold out, and the peak number of checkout transactions inside
+                the database at once (pg_stat_activity sampled every 10 ms). Not in the default set (it takes a
+                few minutes): ``python -m bench.loadtest --only queue``.
 
 ``--naive`` (or BENCH_NAIVE=1) serves the same stack with bench/naive_gunicorn.conf.py, which swaps the stock
 reservation for a read-check-write (TEST ONLY): the run must then FAIL with an oversell. It uses its own
@@ -150,6 +160,140 @@ def opening(*, base: str, url: str, secret: str, tokens_file: Path) -> dict[str,
     return result
 
 
+QUEUE_CROWD, QUEUE_STOCK, QUEUE_PACE, QUEUE_STARTS_IN = 5000, 500, 50, 75
+
+# Backends inside a checkout transaction: their current (or, idle in transaction, last) statement is one of the
+# checkout's (QUOTES_SQL takes the customer lock, the admission check, ORDER_SQL, the stock UPDATE or claim).
+CHECKOUTS_IN_DB_SQL = """
+SELECT count(*) FROM pg_stat_activity
+ WHERE datname = %s AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+   AND (query LIKE '%%customer_locked%%' OR query LIKE '%%WITH queued AS%%' OR query LIKE '%%WITH new_order AS%%'
+        OR query LIKE '%%UPDATE stock_buckets%%' OR query LIKE '%%WITH free AS%%')
+"""
+
+
+class CheckoutsInDatabase:
+    """Samples, every 10 ms on its own connection, how many checkout transactions are inside the database."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+        from urllib.parse import urlparse
+
+        self.url, self.dbname = url, urlparse(url).path.lstrip("/")
+        self.peak, self.samples = 0, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="checkouts-in-db", daemon=True)
+
+    def run(self) -> None:
+        import psycopg
+
+        from devtools.processes import admin_conninfo
+
+        with psycopg.connect(admin_conninfo(self.url), autocommit=True) as conn:
+            while not self.stop.wait(0.01):
+                (n,) = conn.execute(CHECKOUTS_IN_DB_SQL, [self.dbname]).fetchone()
+                self.peak, self.samples = max(self.peak, n), self.samples + 1
+
+    def __enter__(self) -> "CheckoutsInDatabase":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def sale_opens_at(url: str) -> float:
+    """Product 101's sale_starts_at as Unix seconds (the database's clock is this machine's)."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+        (epoch,) = conn.execute(
+            "SELECT extract(epoch FROM sale_starts_at)::float FROM products WHERE id = 101"
+        ).fetchone()
+    return float(epoch)
+
+
+def queue_profile(
+    *,
+    base: str,
+    url: str,
+    secret: str,
+    tokens_file: Path,
+    crowd_size: int = QUEUE_CROWD,
+    stock: int = QUEUE_STOCK,
+    pace: int = QUEUE_PACE,
+) -> list[dict[str, Any]]:
+    """The same crowd at one opening without a queue, then with one (see the module docstring)."""
+    window = ("--duration", "600", "--max-per-customer", "1")
+    since = flash_sale_setup(url, stock, "--starts-in", str(QUEUE_STARTS_IN), *window)
+    with CheckoutsInDatabase(url) as crowd_sampler:
+        crowd = run_locust(
+            name="queue-none",
+            base=base,
+            url=url,
+            secret=secret,
+            users=crowd_size,
+            classes=["OpeningBuyer"],
+            run_time=f"{QUEUE_STARTS_IN + 240}s",
+            tokens_file=tokens_file,
+            stock=stock,
+            since_order_id=since,
+            extra_env={"OPENING_BUYERS": str(crowd_size)},
+        )
+    crowd["checkouts_in_db_peak"] = crowd_sampler.peak
+    crowd["expect"] = f"exactly {stock} created, the crowd at once"
+    # The crowd without a queue is the reference: requests the overloaded server never answered (client time-outs,
+    # status 0) are what the queue is for, reported, not a failure of this run; 5xx, an oversell or a dirty audit are.
+    crowd["violations"] = [v for v in crowd.get("violations", []) if not v.endswith("(5xx: 0)")]
+    crowd["client_timeouts"] = crowd.get("failures", 0)
+    if not crowd["violations"]:  # Locust's exit code counted those time-outs as failures
+        crowd["locust_exit_code"], crowd["exit_code"] = crowd["exit_code"], 0
+    if crowd.get("created") != stock:
+        crowd.setdefault("violations", []).append(f"expected {stock} sales, got {crowd.get('created')}")
+
+    since = flash_sale_setup(
+        url,
+        stock,
+        *("--starts-in", str(QUEUE_STARTS_IN), *window, "--queue", "--admit-per-second", str(pace)),
+    )
+    opens_at = sale_opens_at(url)
+    sweeper = subprocess.Popen(
+        [sys.executable, "manage.py", "expire_reservations", "--loop", "--interval", "0.5", "--verbosity", "0"],
+        cwd=ROOT,
+        env=django_env(url),
+    )
+    try:
+        with CheckoutsInDatabase(url) as queue_sampler:
+            queued = run_locust(
+                name="queue",
+                base=base,
+                url=url,
+                secret=secret,
+                users=crowd_size,
+                classes=["QueueBuyer"],
+                run_time=f"{QUEUE_STARTS_IN + 300}s",
+                tokens_file=tokens_file,
+                stock=stock,
+                since_order_id=since,
+                extra_env={
+                    "QUEUE_BUYERS": str(crowd_size),
+                    "QUEUE_OPENS_AT_EPOCH": repr(opens_at),
+                    # Buyers arrive over the countdown (a queue opens QUEUE_OPENS_BEFORE_SECONDS before the sale),
+                    # all of them before the opening.
+                    "QUEUE_JOIN_SPREAD_SECONDS": str(max(1, opens_at - time.time() - 15)),
+                },
+            )
+    finally:
+        sweeper.terminate()
+        sweeper.wait(30)
+    queued["checkouts_in_db_peak"] = queue_sampler.peak
+    queued["expect"] = f"exactly {stock} created through the queue, everyone else sold_out"
+    if queued.get("created") != stock:
+        queued.setdefault("violations", []).append(f"expected {stock} sales, got {queued.get('created')}")
+    return [crowd, queued]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.loadtest")
     parser.add_argument("--naive", action="store_true", help="TEST ONLY: serve with the read-check-write reservation")
@@ -159,9 +303,16 @@ def main(argv=None):
         "--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", (os.cpu_count() or 2) + 1))
     )
     parser.add_argument("--only", action="append", metavar="PROFILE", help="run only these profiles (repeatable)")
+    parser.add_argument("--queue-crowd", type=int, default=QUEUE_CROWD, help=f"queue profile: buyers ({QUEUE_CROWD})")
+    parser.add_argument("--queue-stock", type=int, default=QUEUE_STOCK, help=f"queue profile: units ({QUEUE_STOCK})")
+    parser.add_argument(
+        "--queue-pace", type=int, default=QUEUE_PACE, help=f"queue profile: admissions/s ({QUEUE_PACE})"
+    )
     args = parser.parse_args(argv)
 
     def wanted(profile: str) -> bool:
+        if profile == "queue":  # minutes long: only when asked for (python -m bench.loadtest --only queue)
+            return bool(args.only) and profile in args.only
         return not args.only or profile in args.only
 
     naive = args.naive or os.environ.get("BENCH_NAIVE") == "1"
@@ -176,8 +327,9 @@ def main(argv=None):
         log(f"fresh database {url.split('?')[0]}")
         recreate_database(url)
     tokens_file = RESULTS / "loadtest-tokens.json"
-    log("issuing 1000 customer tokens (manage.py issue_token, one per buyer)")
-    ctl(url, "tokens", "1000", "loadtest-buyer", str(tokens_file))
+    buyers = max(1000, args.queue_crowd) if wanted("queue") and not naive else 1000
+    log(f"issuing {buyers} customer tokens (manage.py issue_token, one per buyer)")
+    ctl(url, "tokens", str(buyers), "loadtest-buyer", str(tokens_file))
 
     server = None
     if not args.host:
@@ -232,6 +384,18 @@ def main(argv=None):
             results.append(r)
         if wanted("ticket-1000"):
             results.append(flash_sale("ticket-1000", 1000, "180s"))
+        if not naive and wanted("queue"):
+            results.extend(
+                queue_profile(
+                    base=base,
+                    url=url,
+                    secret=secret,
+                    tokens_file=tokens_file,
+                    crowd_size=args.queue_crowd,
+                    stock=args.queue_stock,
+                    pace=args.queue_pace,
+                )
+            )
     finally:
         if server:
             logged = server.errors_in_log()
@@ -270,6 +434,26 @@ def main(argv=None):
                 f"{r.get('opening_sent_early')} sent before sale_starts_at, {r.get('opening_sale_not_started')} of them "
                 f"answered 409 sale_not_started; the buyers' countdowns spread over {r.get('opening_estimate_spread_ms')} ms "
                 f"(median {r.get('opening_estimate_median_error_ms')} ms from the opening)"
+            )
+    for r in results:
+        if r["name"] == "queue-none":
+            print(
+                f"queue profile, no queue: {r.get('opening_buyers')} buyers at the opening, "
+                f"checkouts p50 {r.get('opening_checkout_p50_ms')} ms p99 {r.get('opening_checkout_p99_ms')} ms "
+                f"(opening second: p50 {r.get('opening_second_p50_ms')} ms p99 {r.get('opening_second_p99_ms')} ms), "
+                f"all answered after {r.get('last_answer_after_opening_ms')} ms; {r.get('client_timeouts')} requests "
+                f"never answered (client time-outs); "
+                f"peak checkouts inside the database {r.get('checkouts_in_db_peak')}; 5xx {r.get('server_errors', 0)}"
+            )
+        if r["name"] == "queue":
+            print(
+                f"queue profile, queued: {r.get('queue_buyers')} buyers, finals {r.get('queue_finals')}; admitted "
+                f"checkouts p50 {r.get('queue_checkout_p50_ms')} ms p99 {r.get('queue_checkout_p99_ms')} ms; "
+                f"{r.get('queue_polls')} polls, p50 {r.get('queue_poll_p50_ms')} ms p99 {r.get('queue_poll_p99_ms')} ms, "
+                f"{r.get('queue_polls_per_second_mean')}/s mean, {r.get('queue_polls_per_second_peak')}/s peak; "
+                f"last sale {r.get('queue_last_sale_after_opening_s')} s and first sold_out "
+                f"{r.get('queue_first_sold_out_after_opening_s')} s after the opening; peak checkouts inside the "
+                f"database {r.get('checkouts_in_db_peak')}; 5xx {r.get('server_errors', 0)}"
             )
     (RESULTS / ("loadtest-naive.json" if naive else "loadtest.json")).write_text(json.dumps(results, indent=2))
     if failed:

@@ -129,7 +129,8 @@ CART_CHECKOUT = extend_schema(
         409: error(
             "The cart was already checked out (`cart_checked_out`, with `order_id`), or any 409 of /v1/checkout: "
             "not enough stock (refresh your cart), `lock_busy`, a per-customer limit, a key in progress, a product's "
-            "sale window not open yet (`sale_not_started`, with Retry-After; the cart stays open).",
+            "sale window not open yet (`sale_not_started`, with Retry-After; the cart stays open), no admission to a "
+            "queued product (`admission_required`; the cart stays open).",
             "cart_checked_out",
             "stock_conflict",
             "lock_busy",
@@ -137,12 +138,15 @@ CART_CHECKOUT = extend_schema(
             "too_many_pending_orders",
             "idempotency_key_in_progress",
             "sale_not_started",
+            "admission_required",
         ),
         410: error(
-            "The cart was not changed for CART_TTL_SECONDS (`cart_expired`: rebuild it), or a product's sale window "
-            "has closed (`sale_ended`). Nothing was changed.",
+            "The cart was not changed for CART_TTL_SECONDS (`cart_expired`: rebuild it), a product's sale window "
+            "has closed (`sale_ended`), or the admission to a queued product lapsed (`admission_expired`). Nothing "
+            "was changed.",
             "cart_expired",
             "sale_ended",
+            "admission_expired",
         ),
     },
     tags=["carts"],

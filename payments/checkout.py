@@ -76,6 +76,7 @@ from skincare.db import SERIALIZABLE, IsolationRequired, current_isolation, retr
 from skincare.errors import DomainError, InvalidInput
 from skincare.locks import advisory_key, require_transaction
 from skincare.validation import parse_rate
+from waitingroom import admission
 
 # Unit prices, visible stock, strategy, version and per-customer limit of the products that are for sale (unknown
 # and inactive ids are absent). An unlocked read: it refuses early, it never decides a sale. The sub-select takes the
@@ -240,6 +241,7 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
     if missing:
         raise InvalidProduct(product_ids=missing)
     _refuse_outside_sale_window(quotes)
+    admission.admission_use(customer=customer, product_ids=list(quotes))  # the waiting room (docs/queue.md)
     short = sorted(pid for pid, quote in quotes.items() if quote.available < quantities[pid])
     if short:
         for pid in short:

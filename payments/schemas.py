@@ -72,17 +72,22 @@ CHECKOUT_RESPONSES = {
         "Idempotency-Key without a stored answer (safety net, with Retry-After); a product's sale window has not "
         "opened yet by the database clock (`sale_not_started`: `product_ids`, `starts_at`, and Retry-After = the "
         "whole seconds to the opening, at least 1; never stored under an Idempotency-Key, so the same key can buy "
-        "once the sale opens).",
+        "once the sale opens); a product sells through a queue and the customer holds no admission "
+        "(`admission_required`: `product_ids`, `queue_urls`, `pass_states`, Retry-After; never stored under an "
+        "Idempotency-Key; docs/queue.md).",
         "stock_conflict",
         "lock_busy",
         "purchase_limit_exceeded",
         "too_many_pending_orders",
         "idempotency_key_in_progress",
         "sale_not_started",
+        "admission_required",
     ),
     410: error(
-        "A product's sale window has closed by the database clock (`product_ids` names them); nothing written.",
+        "A product's sale window has closed by the database clock (`product_ids` names them), or the customer's "
+        "admission to a queued product lapsed unused (`admission_expired`); nothing written.",
         "sale_ended",
+        "admission_expired",
     ),
     413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
     415: error("The body is not `application/json`.", "unsupported_media_type"),

@@ -14,6 +14,11 @@ Every transaction that takes more than one lock takes them in this order, and ne
    product read so that the per-customer counts are read after the customer's previous checkout committed
    (``payments.checkout``); and by a cart create before it counts the customer's open carts (``carts.services``:
    its first and only lock; it then inserts new rows only).
+3½. the customer's own ``queue_passes`` row, for a product with a queue — the checkout uses the admission with a
+   conditional ``UPDATE … WHERE used_at IS NULL AND admitted_until > now()`` (``waitingroom.admission``). Only this
+   customer's checkouts touch it, and they already queue at step 3. The advancer (the sweeper loop) takes a
+   ``product_queues`` row ``FOR NO KEY UPDATE SKIP LOCKED``, then rows of *waiting* passes (never an admitted one),
+   and no other lock; a join takes only its own new row, ops only the ``product_queues`` row.
 4. ``orders`` rows — ``FOR NO KEY UPDATE`` of one order (payment, cancel), or ``… SKIP LOCKED`` of a batch (the
    sweeper), ascending id (``orders.locks``).
 5. that order's ``payment_attempts``, then its ``inventory_reservations`` — ``FOR NO KEY UPDATE``, by (order,
@@ -29,7 +34,7 @@ Every transaction that takes more than one lock takes them in this order, and ne
    product never waits for another bucket of that product, except in bucket order.
 
 A checkout's own new rows (order, lines, reservations, attempt, ledger) are invisible to everyone until COMMIT, so
-nobody waits for them: a checkout takes steps 1, 3, 6 and 7, a cart checkout 1, 2½, 3, 6 and 7. A new lock gets a place in this list (and its argument
+nobody waits for them: a checkout takes steps 1, 3, (3½,) 6 and 7, a cart checkout 1, 2½, 3, (3½,) 6 and 7. A new lock gets a place in this list (and its argument
 in ``docs/locking.md``) before it gets code.
 
 Advisory keys are one bigint: the key space in the top bits, the id below (ids up to 2**47), after pretix's

@@ -21,6 +21,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import multiprocess as _multiprocess
+from prometheus_client.registry import Collector
 
 OTHER = "other"
 
@@ -138,6 +139,22 @@ def registry() -> CollectorRegistry:
     return collecting
 
 
+# Collectors that read their values when /metrics is scraped (the waiting room's queue counts, from the database),
+# registered by a higher app at start-up. Only render() runs them: a test that reads one sample does not.
+_scrape_collectors: list[Collector] = []
+
+
+def register_scrape_collector(collector: Collector) -> None:
+    if collector not in _scrape_collectors:
+        _scrape_collectors.append(collector)
+
+
 def render() -> tuple[bytes, str]:
     """The text exposition format and its content type."""
-    return generate_latest(registry()), CONTENT_TYPE_LATEST
+    body = generate_latest(registry())
+    if _scrape_collectors:
+        scraped = CollectorRegistry(auto_describe=False)
+        for collector in _scrape_collectors:
+            scraped.register(collector)
+        body += generate_latest(scraped)
+    return body, CONTENT_TYPE_LATEST

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "orders",
     "payments",
     "carts",
+    "waitingroom",
 ]
 
 # The browser-only ones (skincare.middleware) run for the admin and the sandbox page and are skipped on the JSON
@@ -250,6 +251,26 @@ CART_TTL_SECONDS = env.int("CART_TTL_SECONDS", default=1800)
 CART_RETENTION_SECONDS = env.int("CART_RETENTION_SECONDS", default=86400)
 # Open (unexpired) carts one customer may hold at once; another create answers 409 too_many_open_carts (0 = no cap).
 MAX_OPEN_CARTS_PER_CUSTOMER = env.int("MAX_OPEN_CARTS_PER_CUSTOMER", default=10)
+# The waiting room (docs/queue.md, waitingroom/): a queued product's default pace (admissions per second, the admin
+# and flash_sale_setup --admit-per-second set each queue's own), how long before sale_starts_at its queue opens for
+# joining, how long an admission lasts, the most admissions one advance may grant at once (in seconds of pace), and
+# the bounds of a pass's poll_after.
+QUEUE_ADMIT_PER_SECOND = env.int("QUEUE_ADMIT_PER_SECOND", default=10)
+QUEUE_OPENS_BEFORE_SECONDS = env.int("QUEUE_OPENS_BEFORE_SECONDS", default=3600)
+ADMISSION_TTL_SECONDS = env.int("ADMISSION_TTL_SECONDS", default=120)
+QUEUE_MAX_BURST_SECONDS = env.int("QUEUE_MAX_BURST_SECONDS", default=2)
+QUEUE_POLL_MIN_SECONDS = env.int("QUEUE_POLL_MIN_SECONDS", default=1)
+QUEUE_POLL_MAX_SECONDS = env.int("QUEUE_POLL_MAX_SECONDS", default=30)
+for _name in ("QUEUE_ADMIT_PER_SECOND", "ADMISSION_TTL_SECONDS", "QUEUE_MAX_BURST_SECONDS", "QUEUE_POLL_MIN_SECONDS"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1")
+if QUEUE_OPENS_BEFORE_SECONDS < 0:
+    raise ImproperlyConfigured("QUEUE_OPENS_BEFORE_SECONDS must not be negative")
+if not QUEUE_POLL_MIN_SECONDS <= QUEUE_POLL_MAX_SECONDS <= ADMISSION_TTL_SECONDS:
+    raise ImproperlyConfigured(
+        "QUEUE_POLL_MAX_SECONDS must be between QUEUE_POLL_MIN_SECONDS and ADMISSION_TTL_SECONDS (a pass told to "
+        "come back later than its admission lasts could miss its turn)"
+    )
 CHECKOUT_MAX_ITEMS = env.int("CHECKOUT_MAX_ITEMS", default=20)
 CHECKOUT_MAX_QTY = env.int("CHECKOUT_MAX_QTY", default=100)
 # How long a worker remembers a product it saw sold out and refuses it without a query (ms, at most 250; 0 = off).

@@ -13,6 +13,7 @@ handler404 = "skincare.api.not_found"
 handler500 = "skincare.api.server_error"
 
 urlpatterns = [
+    path("v1/", include("waitingroom.urls")),  # first: a poll is the most frequent request of a queued sale
     path("v1/", include("inventory.urls")),
     path("v1/", include("orders.urls")),
     path("v1/", include("payments.urls")),

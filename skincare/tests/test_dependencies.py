@@ -1,6 +1,6 @@
-"""The dependency guard: apps import downwards only, carts → payments → orders → inventory → skincare.
+"""The dependency guard: apps import downwards only, carts → payments → waitingroom → orders → inventory → skincare.
 
-Application code is every module of the five packages except their tests (``tests/``) and test helpers
+Application code is every module of the six packages except their tests (``tests/``) and test helpers
 (``testing.py``): a test may drive the whole stack to set up its data. Imports inside functions count too,
 and so do ``importlib.import_module("...")`` calls with a literal name.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = {"skincare": 0, "inventory": 1, "orders": 2, "payments": 3, "carts": 4}
+LAYERS = {"skincare": 0, "inventory": 1, "orders": 2, "waitingroom": 3, "payments": 4, "carts": 5}
 
 
 def imported_modules(source: str) -> list[tuple[int, str]]:
@@ -58,7 +58,9 @@ def test_no_layer_imports_a_higher_one():
         for app, path in application_modules()
         for problem in upward_imports(app, (ROOT / path).read_text())
     ]
-    assert not violations, "imports against carts → payments → orders → inventory → skincare:\n" + "\n".join(violations)
+    assert not violations, "imports against carts → payments → waitingroom → orders → inventory → skincare:\n" + (
+        "\n".join(violations)
+    )
 
 
 def test_the_guard_sees_every_app_module():
@@ -69,6 +71,7 @@ def test_the_guard_sees_every_app_module():
         "orders/services.py",
         "payments/services.py",
         "carts/services.py",
+        "waitingroom/admission.py",
     ):
         assert expected in seen
 
@@ -82,6 +85,8 @@ def test_the_guard_sees_every_app_module():
         ("skincare", "from inventory.exceptions import StockConflict\n"),
         ("orders", "import importlib\nimportlib.import_module('payments.sandbox')\n"),
         ("payments", "from carts.models import Cart\n"),
+        ("orders", "from waitingroom import services\n"),
+        ("waitingroom", "from payments.checkout import checkout\n"),
     ],
     ids=[
         "inventory->orders",
@@ -90,6 +95,8 @@ def test_the_guard_sees_every_app_module():
         "skincare->inventory",
         "dyn",
         "payments->carts",
+        "orders->waitingroom",
+        "waitingroom->payments",
     ],
 )
 def test_control_the_guard_catches_an_upward_import(app, source):

@@ -13,6 +13,9 @@ options the product has no window (on sale at once, at its regular price, as bef
 
 ``--buckets K`` spreads the stock over K stock rows (``inventory.services.stock_buckets_set``,
 docs/strategies.md#stock-buckets); without it the product keeps its number of buckets.
+
+``--queue`` (with ``--admit-per-second N``, default QUEUE_ADMIT_PER_SECOND) gives the product a fresh waiting room
+(docs/queue.md): checkouts need an admission. Without it the product has no queue. A third line prints the queue.
 """
 
 from argparse import ArgumentTypeError
@@ -28,6 +31,7 @@ from inventory import services as inventory_services
 from inventory.exceptions import StaleStockVersion
 from inventory.models import Inventory, Product
 from inventory.selectors import SALE_STATE_SQL, SECONDS_TO_START_SQL
+from orders import sale_setup
 from orders import services as order_services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, Reservation
@@ -59,12 +63,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--buckets", type=int, metavar="K", help="spread the stock over K stock rows, 1-64 (default: unchanged)"
         )
+        parser.add_argument("--queue", action="store_true", help="checkouts need an admission (docs/queue.md)")
+        parser.add_argument("--admit-per-second", type=int, metavar="N", help="the queue's pace (needs --queue)")
 
     def handle(self, *args, stock, product, starts_in, starts_at, duration, ends_at, price, **options):
         if stock < 0:
             raise CommandError("--stock must not be negative")
         if not Inventory.objects.filter(product_id=product).exists():
             raise CommandError(f"product {product} has no stock row (run load_demo_data first)")
+        if options["admit_per_second"] is not None and not options["queue"]:
+            raise CommandError("--admit-per-second needs --queue")
+        if options["admit_per_second"] is not None and options["admit_per_second"] < 1:
+            raise CommandError("--admit-per-second must be at least 1")
         for name, seconds in (("--starts-in", starts_in), ("--duration", duration)):
             if seconds is not None and seconds < 0:
                 raise CommandError(f"{name} must not be negative")
@@ -87,6 +97,10 @@ class Command(BaseCommand):
             )
         except InvalidInput as exc:
             raise CommandError(exc.message) from None
+        # Before the stock: a product set up with a queue never sells for a moment without one.
+        queue_line = sale_setup.configure_queue(
+            product_id=product, queued=options["queue"], admit_per_second=options["admit_per_second"]
+        )
         pending = list(
             Order.objects.filter(
                 status=Order.Status.PENDING_PAYMENT,
@@ -128,6 +142,8 @@ class Command(BaseCommand):
             f"max_order_id={max_order_id}"
         )
         self.stdout.write(_window_line(product))
+        if queue_line is not None:
+            self.stdout.write(queue_line)
 
 
 def _iso_datetime(value: str) -> datetime:

@@ -1,0 +1,291 @@
+"""The waiting room's writes: joining a queue, advancing admissions, and ops' queue settings (docs/queue.md).
+
+* :func:`queue_join` — one pass per (product, customer): ``INSERT … ON CONFLICT DO NOTHING`` on the unique
+  constraint, so 50 concurrent joins of one customer make one pass (one 201, the rest 200 with the same pass).
+* :func:`queue_advance` — run by the sweeper loop (registered in ``waitingroom.apps``) for every open queue, each in
+  its own short transaction that takes the queue's row ``FOR NO KEY UPDATE SKIP LOCKED`` (another sweeper skips it,
+  never waits): it places the passes that have no position yet (:data:`PLACE_SQL`: everyone who joined before the
+  opening in the order of their random draw, then the others by arrival) and admits the next ones in position
+  order, as many as the pace has earned since the last advance (paused time earns nothing) and never more than the
+  units available minus the admissions still outstanding.
+* ``queue_set`` / ``queue_remove`` / ``queue_pause`` — the admin's and ``flash_sale_setup --queue``'s changes.
+
+Lock order (``skincare.locks``): a ``product_queues`` row, then ``queue_passes`` rows of waiting passes; a checkout
+takes only its customer's own admitted pass (``waitingroom.admission``), a row the advancer never updates.
+"""
+
+import logging
+import math
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+
+from inventory.exceptions import ProductNotFound, SaleEnded
+from inventory.selectors import SALE_ENDED, SALE_STATE_SQL
+from skincare.db import retry_transient
+from skincare.errors import InvalidInput
+from waitingroom import metrics, selectors
+from waitingroom.exceptions import QueueNotFound, QueueNotOpen, QueueSoldOut
+from waitingroom.selectors import PassView
+
+logger = logging.getLogger(__name__)
+
+_STOCK_SQL = """LEFT JOIN LATERAL (
+    SELECT sum(b.available_stock)::integer AS available, sum(b.reserved_stock)::integer AS reserved
+      FROM stock_buckets b WHERE b.product_id = p.id
+) s ON true"""
+
+# Whether a customer may join: the product exists and is for sale, has a queue, the queue is open for joining
+# (QUEUE_OPENS_BEFORE_SECONDS before sale_starts_at), the sale has not ended, and a unit is available or reserved.
+JOIN_CHECK_SQL = f"""
+SELECT q.product_id IS NOT NULL AS queued, {SALE_STATE_SQL} AS sale,
+       p.sale_starts_at - make_interval(secs => %(opens_before)s) AS opens_at,
+       CASE WHEN p.sale_starts_at - make_interval(secs => %(opens_before)s) > now()
+            THEN extract(epoch FROM p.sale_starts_at - make_interval(secs => %(opens_before)s) - now()) END,
+       COALESCE(s.available, 0), COALESCE(s.reserved, 0)
+FROM products p
+LEFT JOIN product_queues q ON q.product_id = p.id
+{_STOCK_SQL}
+WHERE p.id = %(product_id)s AND p.is_active
+"""
+
+# The pass: ``early`` and ``draw`` by the database (its clock, its random()). The unique constraint makes a
+# concurrent second join of the same customer wait for the first and then insert nothing.
+JOIN_INSERT_SQL = """
+INSERT INTO queue_passes (product_id, customer_id, early, draw, joined_at)
+SELECT p.id, %(customer_id)s, COALESCE(now() < p.sale_starts_at, false), random(), now()
+  FROM products p WHERE p.id = %(product_id)s
+ON CONFLICT (product_id, customer_id) DO NOTHING
+RETURNING id
+"""
+
+
+@retry_transient
+@transaction.atomic
+def queue_join(*, customer: User, product_id: int) -> tuple[PassView, bool]:
+    """The customer's pass for the product, and whether it was created now (201) or existed (200).
+
+    Refusals write nothing: ProductNotFound (404), QueueNotFound (404: the product sells without a queue),
+    QueueNotOpen (409, with ``opens_at`` and Retry-After), SaleEnded (410), QueueSoldOut (409: nothing available
+    and nothing reserved). A customer who already has a pass always gets it back (200), whatever its state."""
+    existing = selectors.pass_get(customer_id=customer.pk, product_id=product_id)
+    if existing is not None:
+        return existing, False
+    with connection.cursor() as cursor:
+        cursor.execute(JOIN_CHECK_SQL, {"product_id": product_id, "opens_before": settings.QUEUE_OPENS_BEFORE_SECONDS})
+        row = cursor.fetchone()
+        if row is None:
+            raise ProductNotFound(product_id=product_id)
+        queued, sale, opens_at, seconds_to_open, available, reserved = row
+        if not queued:
+            raise QueueNotFound(product_id=product_id)
+        if sale == SALE_ENDED:
+            raise SaleEnded(product_ids=[product_id])
+        if seconds_to_open is not None:
+            raise QueueNotOpen(
+                product_id=product_id, opens_at=opens_at, retry_after_seconds=max(1, math.ceil(seconds_to_open))
+            )
+        if available <= 0 and reserved <= 0:
+            raise QueueSoldOut(product_id=product_id)
+        cursor.execute(JOIN_INSERT_SQL, {"product_id": product_id, "customer_id": customer.pk})
+        created = cursor.fetchone() is not None
+    joined = selectors.pass_get(customer_id=customer.pk, product_id=product_id)
+    assert joined is not None  # inserted now, or by a concurrent join of the same customer that committed first
+    if created:
+        metrics.QUEUE_JOINS.inc()
+    return joined, created
+
+
+# --- Advancing admissions --------------------------------------------------------------------------------------
+
+# The queue's row, locked for this advance; another advancer (a second sweeper) skips it instead of waiting.
+LOCK_QUEUE_SQL = f"""
+SELECT q.admit_per_second, q.paused, q.credit, q.credited_at, q.positioned_through, q.admitted_through,
+       p.sale_starts_at, now(), {SALE_STATE_SQL} AS sale
+FROM product_queues q JOIN products p ON p.id = q.product_id
+WHERE q.product_id = %(product_id)s
+FOR NO KEY UPDATE OF q SKIP LOCKED
+"""
+
+# Positions for the passes that have none, after the last one given: first everyone who joined before the opening,
+# in the order of their random draw (a uniformly random order, drawn by the database at the join: arriving early
+# is enough, arriving first gives no edge), then everyone who joined after it, by arrival (the id sequence).
+PLACE_SQL = """
+WITH unplaced AS (
+    SELECT qp.id, row_number() OVER (ORDER BY NOT qp.early, CASE WHEN qp.early THEN qp.draw END, qp.id) AS rn
+      FROM queue_passes qp
+     WHERE qp.product_id = %(product_id)s AND qp.position IS NULL
+)
+UPDATE queue_passes qp SET position = %(through)s + unplaced.rn
+  FROM unplaced WHERE qp.id = unplaced.id
+RETURNING qp.position
+"""
+
+# What caps the admissions: the product's available units and the admissions still outstanding.
+ROOM_SQL = """
+SELECT (SELECT COALESCE(sum(available_stock), 0) FROM stock_buckets WHERE product_id = %(product_id)s),
+       (SELECT count(*) FROM queue_passes
+         WHERE product_id = %(product_id)s AND admitted_at IS NOT NULL AND used_at IS NULL AND admitted_until > now())
+"""
+
+# The next ``n`` placed passes, in position order, admitted until now() + ADMISSION_TTL_SECONDS.
+ADMIT_SQL = """
+UPDATE queue_passes SET admitted_at = now(), admitted_until = now() + make_interval(secs => %(ttl)s)
+ WHERE id IN (SELECT id FROM queue_passes
+               WHERE product_id = %(product_id)s AND position > %(through)s
+               ORDER BY position LIMIT %(n)s)
+RETURNING position
+"""
+
+SAVE_QUEUE_SQL = """
+UPDATE product_queues SET credit = %(credit)s, credited_at = now(), positioned_through = %(placed)s,
+       admitted_through = %(admitted)s
+ WHERE product_id = %(product_id)s
+"""
+
+
+def earned_credit(*, credit: float, pace: int, paused: bool, elapsed_seconds: float) -> float:
+    """The admissions the pace has earned: ``pace`` per second of unpaused time since the last advance, on top of
+    what was left, at most QUEUE_MAX_BURST_SECONDS of pace (at least 1), so a long stop does not pile up a burst."""
+    if paused:
+        return credit
+    cap = max(1.0, pace * settings.QUEUE_MAX_BURST_SECONDS)
+    return min(cap, credit + pace * max(0.0, elapsed_seconds))
+
+
+@dataclass
+class Advance:
+    placed: int = 0
+    admitted: int = 0
+
+
+@retry_transient
+@transaction.atomic
+def queue_advance(*, product_id: int) -> Advance:
+    """Place and admit the next passes of one queue (see the module's docstring). A queue another advancer holds,
+    one whose sale has not opened or has ended, and a paused one admit nobody (a paused one earns no credit)."""
+    with connection.cursor() as cursor:
+        cursor.execute(LOCK_QUEUE_SQL, {"product_id": product_id})
+        row = cursor.fetchone()
+        if row is None:
+            return Advance()
+        pace, paused, credit, credited_at, placed_through, admitted_through, starts_at, now, sale = row
+        if (starts_at is not None and now < starts_at) or sale == SALE_ENDED:
+            return Advance()
+        cursor.execute(PLACE_SQL, {"product_id": product_id, "through": placed_through})
+        placed = [position for (position,) in cursor.fetchall()]
+        since = max(t for t in (credited_at, starts_at) if t is not None) if (credited_at or starts_at) else now
+        credit = earned_credit(credit=credit, pace=pace, paused=paused, elapsed_seconds=(now - since).total_seconds())
+        cursor.execute(ROOM_SQL, {"product_id": product_id})
+        available, outstanding = cursor.fetchone()
+        n = 0 if paused else max(0, min(math.floor(credit), available - outstanding))
+        admitted: list[int] = []
+        if n:
+            cursor.execute(
+                ADMIT_SQL,
+                {"product_id": product_id, "through": admitted_through, "n": n, "ttl": settings.ADMISSION_TTL_SECONDS},
+            )
+            admitted = [position for (position,) in cursor.fetchall()]
+        cursor.execute(
+            SAVE_QUEUE_SQL,
+            {
+                "product_id": product_id,
+                "credit": credit - len(admitted),
+                "placed": max(placed, default=placed_through),
+                "admitted": max(admitted, default=admitted_through),
+            },
+        )
+    if admitted:
+        metrics.QUEUE_ADMISSIONS.inc(len(admitted))
+    return Advance(placed=len(placed), admitted=len(admitted))
+
+
+# Queues whose sale is open (or has no start): the ones an advance can move.
+OPEN_QUEUES_SQL = f"""
+SELECT q.product_id FROM product_queues q JOIN products p ON p.id = q.product_id
+ WHERE (p.sale_starts_at IS NULL OR p.sale_starts_at <= now()) AND ({SALE_STATE_SQL}) IS DISTINCT FROM '{SALE_ENDED}'
+ ORDER BY q.product_id
+"""
+
+
+def queues_advance() -> int:
+    """Advance every open queue, each in its own transaction (the sweeper loop runs this every interval);
+    returns the admissions granted."""
+    with connection.cursor() as cursor:
+        cursor.execute(OPEN_QUEUES_SQL)
+        product_ids = [pid for (pid,) in cursor.fetchall()]
+    return sum(queue_advance(product_id=pid).admitted for pid in product_ids)
+
+
+# --- Ops: a product's queue -------------------------------------------------------------------------------------
+
+UPSERT_QUEUE_SQL = """
+INSERT INTO product_queues (product_id, admit_per_second, paused, credit, positioned_through, admitted_through,
+                            created_at)
+VALUES (%(product_id)s, %(pace)s, false, 0, 0, 0, now())
+ON CONFLICT (product_id) DO UPDATE SET admit_per_second = EXCLUDED.admit_per_second
+"""
+
+
+def _check_pace(admit_per_second: int) -> None:
+    if admit_per_second < 1:
+        raise InvalidInput(
+            "The pace must be at least 1 admission per second.", fields={"admit_per_second": ["at least 1"]}
+        )
+
+
+@transaction.atomic
+def queue_set(*, product_id: int, admit_per_second: int | None = None) -> None:
+    """Make the product's checkout require an admission, at ``admit_per_second`` (QUEUE_ADMIT_PER_SECOND by
+    default), or change the pace of its queue (from the next advance on)."""
+    pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
+    _check_pace(pace)
+    if not _product_exists(product_id):
+        raise ProductNotFound(product_id=product_id)
+    with connection.cursor() as cursor:
+        cursor.execute(UPSERT_QUEUE_SQL, {"product_id": product_id, "pace": pace})
+
+
+@transaction.atomic
+def queue_remove(*, product_id: int) -> int:
+    """The product sells without a queue again; its passes are deleted. Returns how many. The queue's row is locked
+    first (waiting for an advance under way), then the passes: the advancer's order, so the two cannot deadlock."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM product_queues WHERE product_id = %s FOR UPDATE", [product_id])
+        cursor.execute("DELETE FROM queue_passes WHERE product_id = %s", [product_id])
+        deleted = cursor.rowcount
+        cursor.execute("DELETE FROM product_queues WHERE product_id = %s", [product_id])
+    return deleted
+
+
+@transaction.atomic
+def queue_pause(*, product_id: int, paused: bool) -> None:
+    """Pause or resume admission. Either way the credit clock restarts now, so paused time earns nothing."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE product_queues SET paused = %s, credited_at = now() WHERE product_id = %s", [paused, product_id]
+        )
+        if cursor.rowcount == 0:
+            raise QueueNotFound(product_id=product_id)
+
+
+def _product_exists(product_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM products WHERE id = %s", [product_id])
+        return cursor.fetchone() is not None
+
+
+def flash_sale_queue(product_id: int, queued: bool, admit_per_second: int | None) -> str | None:
+    """``flash_sale_setup``'s queue (registered with ``orders.sale_setup``): a fresh queue for the new sale (the old
+    one's passes are deleted) or none. Returns the line the command prints (None without a queue)."""
+    queue_remove(product_id=product_id)
+    if not queued:
+        return None
+    queue_set(product_id=product_id, admit_per_second=admit_per_second)
+    pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
+    return (
+        f"flash_sale_setup: queue admit_per_second={pace} opens_for_joining={settings.QUEUE_OPENS_BEFORE_SECONDS} s "
+        f"before the sale; admission_ttl={settings.ADMISSION_TTL_SECONDS} s"
+    )

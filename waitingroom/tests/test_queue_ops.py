@@ -1,0 +1,101 @@
+"""Ops: ``flash_sale_setup --queue --admit-per-second N``, the admin (state per product, pace, pause/resume) and
+the metrics."""
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from inventory.tests.test_admin import client_for, make_staff
+from skincare import metrics
+from waitingroom import services
+from waitingroom.metrics import QueueCollector
+from waitingroom.models import ProductQueue, QueuePass
+from waitingroom.testing import admit_now, queue_product
+
+pytestmark = pytest.mark.django_db
+
+
+def test_flash_sale_setup_gives_the_product_a_fresh_queue_and_without_queue_none(make_product, customer):
+    product = make_product(stock=5)
+    queue_product(product, starts_in=60)
+    services.queue_join(customer=customer, product_id=product.pk)
+    out = io.StringIO()
+
+    call_command(
+        "flash_sale_setup", "--product", str(product.pk), "--stock", "50", "--starts-in", "60", "--queue",
+        "--admit-per-second", "25", stdout=out,
+    )  # fmt: skip
+
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("flash_sale_setup: product") and "max_order_id=" in lines[0]
+    assert lines[2].startswith("flash_sale_setup: queue admit_per_second=25 ")
+    assert ProductQueue.objects.get(pk=product.pk).admit_per_second == 25
+    assert not QueuePass.objects.filter(product=product).exists()  # a new sale, a new line
+
+    out = io.StringIO()
+    call_command("flash_sale_setup", "--product", str(product.pk), "--stock", "50", stdout=out)
+    assert len(out.getvalue().splitlines()) == 2
+    assert not ProductQueue.objects.filter(pk=product.pk).exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--admit-per-second", "5"], "needs --queue"), (["--queue", "--admit-per-second", "0"], "at least 1")],
+)
+def test_flash_sale_setup_refuses_a_bad_pace(make_product, args, message):
+    product = make_product(stock=5)
+    with pytest.raises(CommandError, match=message):
+        call_command("flash_sale_setup", "--product", str(product.pk), *args, stdout=io.StringIO())
+    assert not ProductQueue.objects.exists()
+
+
+def test_the_admin_shows_each_queue_and_a_stock_manager_pauses_resumes_and_sets_the_pace(make_product, customer):
+    product = make_product(stock=5)
+    queue_product(product, pace=3, starts_in=-1)
+    services.queue_join(customer=customer, product_id=product.pk)
+    admit_now(product)
+    manager = client_for(make_staff("queue-manager", "stock_managers"))
+    viewer = client_for(make_staff("queue-viewer", "ops_viewers"))
+    changelist = reverse("admin:waitingroom_productqueue_changelist")
+
+    page = viewer.get(changelist)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Admitted (outstanding)" in html and 'class="field-admitted">1<' in html
+    assert 'class="field-waiting">0<' in html
+    assert viewer.post(changelist, {"action": "pause", "_selected_action": [product.pk]}).status_code in (403, 200)
+    assert ProductQueue.objects.get(pk=product.pk).paused is False  # a viewer cannot pause
+
+    manager.post(changelist, {"action": "pause", "_selected_action": [product.pk]})
+    assert ProductQueue.objects.get(pk=product.pk).paused is True
+    manager.post(changelist, {"action": "resume", "_selected_action": [product.pk]})
+    assert ProductQueue.objects.get(pk=product.pk).paused is False
+
+    change = reverse("admin:waitingroom_productqueue_change", args=[product.pk])
+    assert manager.post(change, {"admit_per_second": "40"}).status_code == 302
+    assert ProductQueue.objects.get(pk=product.pk).admit_per_second == 40
+    assert viewer.post(change, {"admit_per_second": "1"}).status_code == 403
+    assert ProductQueue.objects.get(pk=product.pk).admit_per_second == 40
+
+
+def test_metrics_count_waiting_admitted_and_admissions(make_product, make_customer):
+    product = make_product(stock=1)
+    queue_product(product, starts_in=-1)
+    for _ in range(3):
+        services.queue_join(customer=make_customer(), product_id=product.pk)
+    before = metrics.registry().get_sample_value("skincare_queue_admissions_total") or 0
+    admit_now(product)
+
+    assert metrics.registry().get_sample_value("skincare_queue_admissions_total") == before + 1
+    samples = {
+        (family.name, sample.labels["product_id"]): sample.value
+        for family in QueueCollector().collect()
+        for sample in family.samples
+    }
+    assert samples[("skincare_queue_waiting", str(product.pk))] == 2
+    assert samples[("skincare_queue_admitted", str(product.pk))] == 1
+    assert samples[("skincare_queue_admit_per_second", str(product.pk))] == 10
+    exposed = metrics.render()[0].decode()
+    assert f'skincare_queue_waiting{{product_id="{product.pk}"}} 2.0' in exposed
