@@ -115,8 +115,11 @@ def _products(scenario: str) -> tuple[list[str], list[str]]:
 @functools.cache
 def service_sql() -> dict[str, Any]:
     """The service's own statement texts and constants (importing them needs Django's apps loaded)."""
-    os.environ.setdefault("DJANGO_DEV_INSECURE_SECRET_KEY", "true")  # reading constants: no secret is used
-    setup_django_quietly()
+    from django.apps import apps
+
+    if not apps.ready:  # a bench process of its own (in a test run Django is set up already: leave its environment)
+        os.environ.setdefault("DJANGO_DEV_INSECURE_SECRET_KEY", "true")  # reading constants: no secret is used
+        setup_django_quietly()
     from inventory.reserve import RESERVE_AT_VERSION_SQL, RESERVE_SQL
     from payments.checkout import ORDER_SQL, ORDER_SQL_CONSTANTS, QUOTES_SQL
     from skincare.locks import advisory_key

@@ -91,6 +91,7 @@ SELECT p.id, {UNIT_PRICE_SQL} AS price, COALESCE(stock.available_stock, 0) AS av
        p.inventory_strategy AS strategy, COALESCE(stock.version_sum, 0) AS version_sum, p.max_per_customer,
        {SALE_STATE_SQL} AS sale, p.sale_starts_at, {SECONDS_TO_START_SQL} AS seconds_to_start,
        p.stock_buckets AS bucket_count, COALESCE(stock.stock_rows, 1) AS stock_rows,
+       EXISTS (SELECT 1 FROM product_queues q WHERE q.product_id = p.id) AS queued,
        (SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked
 FROM products p
 {STOCK_SUM_SQL}
@@ -173,6 +174,7 @@ class Quote(NamedTuple):
     seconds_to_start: Decimal | None  # scheduled only
     bucket_count: int  # the product's stock_buckets (K)
     stock_rows: int  # its stock rows (more than K while rows left by a lowered K still hold units)
+    queued: bool  # it has a waiting room: checkout needs the customer's admission (docs/queue.md)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> "Quote":
@@ -241,7 +243,9 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
     if missing:
         raise InvalidProduct(product_ids=missing)
     _refuse_outside_sale_window(quotes)
-    admission.admission_use(customer=customer, product_ids=list(quotes))  # the waiting room (docs/queue.md)
+    queued = [pid for pid, quote in quotes.items() if quote.queued]
+    if queued:  # the waiting room (docs/queue.md): one more statement, only for a product that has a queue
+        admission.admission_use(customer=customer, product_ids=queued)
     short = sorted(pid for pid, quote in quotes.items() if quote.available < quantities[pid])
     if short:
         for pid in short:

@@ -40,8 +40,8 @@ def test_the_hot_script_runs_each_recorded_claim_with_its_parameters_bound():
 
 
 def test_a_claim_binds_the_scripts_variables_and_keeps_the_services_text_values():
-    claim = ("x %(buckets)s %(product_id)s %(qty)s %(order_id)s %(reason)s", {"buckets": 2, "product_id": 7,
-             "qty": 2, "order_id": 0, "reason": "re'serve"})  # fmt: skip
+    claim = ("x %(bucket_count)s %(product_id)s %(qty)s %(order_id)s %(reason)s", {"bucket_count": 2,
+             "product_id": 7, "qty": 2, "order_id": 0, "reason": "re'serve"})  # fmt: skip
 
     assert buckets.claim_script(claim, 8) == "x 8 :p1 1 :o_id 're''serve' \\aset"
 

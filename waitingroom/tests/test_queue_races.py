@@ -372,6 +372,7 @@ def test_sold_out_ends_the_queue(make_product):
             event_type=payment_services.EVENT_SUCCEEDED,
             order_id=order.order_id,
             amount=order.total,
+            currency=order.currency,
         )
     states = {pass_get(customer_id=c.pk, product_id=product.pk).state for c in customers}
     assert states == {"used", "sold_out"}
