@@ -2,14 +2,19 @@
 
 Counters are counted where they happen (joins in the web workers, admissions in the sweeper); the queue's
 current counts (waiting, admitted, lapsed) are read from the database when ``/metrics`` is scraped, by
-:class:`QueueCollector`, so every worker and sweeper agrees on them.
+:class:`QueueCollector`, so every worker and sweeper agrees on them. While the database cannot answer, a scrape
+still succeeds without the queue's counts (``/metrics`` must keep working in an outage: the database alerts read it).
 """
 
+import logging
 from collections.abc import Iterator
 
+from django.db import DatabaseError
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
 
 QUEUE_JOINS = Counter("skincare_queue_joins_total", "Passes created (POST /v1/products/<id>/queue, 201).")
 QUEUE_ADMISSIONS = Counter(
@@ -34,7 +39,12 @@ class QueueCollector(Collector):
                 ("paused", "1 while admission is paused."),
             )
         }
-        for state in queue_states():
+        try:
+            states = queue_states()
+        except DatabaseError:
+            logger.warning("queue counts left out of /metrics: the database did not answer", exc_info=True)
+            states = []
+        for state in states:
             label = [str(state.product_id)]
             families["waiting"].add_metric(label, state.waiting)
             families["admitted"].add_metric(label, state.admitted)

@@ -213,6 +213,7 @@ def _scrape(port: int, header: str | None = None) -> int:
         return int(error.code)
 
 
+@pytest.mark.django_db  # a scrape reads the waiting room's counts (waitingroom.metrics)
 def test_the_sweepers_metrics_port_wants_the_token(settings) -> None:  # type: ignore[no-untyped-def]
     from skincare.monitoring import start_metrics_server
 
@@ -229,6 +230,7 @@ def test_the_sweepers_metrics_port_wants_the_token(settings) -> None:  # type: i
         server.server_close()
 
 
+@pytest.mark.django_db  # a scrape reads the waiting room's counts (waitingroom.metrics)
 def test_without_a_token_the_sweepers_metrics_port_stays_on_loopback(settings) -> None:  # type: ignore[no-untyped-def]
     from django.core.management import CommandError, call_command
 
