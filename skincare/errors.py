@@ -10,6 +10,11 @@ app that raises it and one row in the README's error table.
 
 from typing import Any, ClassVar
 
+from django.utils.module_loading import autodiscover_modules
+
+# code -> the class that declares it, filled as each class is defined (``DomainError.__init_subclass__``).
+_DECLARED: dict[str, type["DomainError"]] = {}
+
 
 class DomainError(Exception):
     code: ClassVar[str] = "domain_error"
@@ -20,6 +25,13 @@ class DomainError(Exception):
     # Seconds a client should wait before retrying (sent as ``Retry-After``); None when retrying cannot help. A
     # subclass declares it, or sets it per instance when the wait depends on the case (rate limits).
     retry_after: int | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" in cls.__dict__:
+            other = _DECLARED.setdefault(cls.code, cls)
+            if other is not cls:
+                raise TypeError(f"error code {cls.code!r} is declared twice: {other.__qualname__}, {cls.__qualname__}")
 
     def __init__(self, message: str | None = None) -> None:
         self.message = message or self.default_message
@@ -74,3 +86,11 @@ class DatabaseUnavailable(DomainError):
     http_status = 503
     retry_after = 2
     default_message = "The shop's database is unavailable right now; please retry shortly."
+
+
+def declared_errors() -> dict[str, type[DomainError]]:
+    """Every error code the installed apps declare, with its class. Each app's errors live in its ``exceptions``
+    module, imported here first (as the admin discovers ``admin.py``), so the answer does not depend on which
+    modules happened to be loaded; the foundation names no app."""
+    autodiscover_modules("exceptions")
+    return dict(_DECLARED)
