@@ -26,13 +26,16 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 
 from skincare import api
 from skincare.errors import DomainError, declared_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-PACKAGES = ("inventory", "orders", "payments", "carts", "skincare", "bench", "devtools")
+# The project's own packages: every installed app that lives in this repository, and the tools.
+APPS = sorted({config.name.split(".")[0] for config in apps.get_app_configs() if (ROOT / config.name).is_dir()})
+PACKAGES = (*APPS, "bench", "devtools")
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
