@@ -89,14 +89,16 @@ def ignored_by_git(path: str) -> bool:
     return any(subprocess.run([*check, p], cwd=ROOT, capture_output=True).returncode == 0 for p in prefixes)  # noqa: S603
 
 
-def path_problem(token: str, *, base: Path | None) -> str | None:
-    """Why ``token`` names nothing: a path relative to ``base`` (a Markdown link: the doc's directory), or, for a
-    path in backticks (``base`` None), relative to the repository root; a bare file name may be anywhere."""
+def path_problem(token: str, *, linked_from: Path | None) -> str | None:
+    """Why ``token`` names nothing: a Markdown link of the doc ``linked_from`` (relative to its directory; a
+    ``#heading`` must be one of the target's headings), or a path in backticks (``linked_from`` None), relative to
+    the repository root, where a bare file name may be anywhere."""
+    token, _, anchor = token.partition("#")
     path, _, node = token.partition("::")
     pattern = path.replace("…", "*").rstrip("/")
     directory = path.endswith("/")
-    if base is not None:
-        pattern = os.path.relpath(os.path.normpath(base / pattern), ROOT)
+    if linked_from is not None:
+        pattern = os.path.relpath(os.path.normpath(linked_from.parent / pattern), ROOT)
     files = tracked_files()
     if "/" in pattern:
         matches = [f for f in files if fnmatch.fnmatch(f, pattern) or f.startswith(pattern + "/")]
@@ -111,7 +113,16 @@ def path_problem(token: str, *, base: Path | None) -> str | None:
         defined = re.compile(rf"^(?:\s*(?:async )?def {name}\(|class {name}\b|{name}(?:: [^=]+)? =)", re.M)
         if not any(defined.search((ROOT / f).read_text()) for f in matches if f.endswith(".py")):
             return f"no {node} in {', '.join(sorted(matches))}"
+    if anchor and pattern.endswith(".md"):
+        return anchor_problem(anchor, text=(ROOT / pattern).read_text(), name=pattern)
     return None
+
+
+def anchor_problem(anchor: str, *, text: str, name: str) -> str | None:
+    """Why ``#anchor`` names no heading of the Markdown ``text`` of the doc ``name`` (GitHub's slugs)."""
+    headings = re.findall(r"^#+ (.+?)\s*$", FENCE.sub("", text), re.M)
+    slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    return None if anchor in slugs else f"no heading #{anchor} in {name}"
 
 
 def symbol_problem(dotted: str) -> str | None:
@@ -182,8 +193,8 @@ def named_paths(text: str) -> Iterator[tuple[bool, str]]:
         if PATH.match(code) and "<" not in code:
             yield False, code
     for target in LINK.findall(FENCE.sub("", text)):
-        if not re.match(r"^[a-z]+:", target) and not target.startswith("#"):
-            yield True, target.split("#")[0]
+        if not re.match(r"^[a-z]+:", target):
+            yield True, target
 
 
 def named_symbols(text: str) -> Iterator[str]:
@@ -204,10 +215,12 @@ def named_commands(text: str) -> Iterator[tuple[str, str]]:
 
 def problems(text: str, *, name: str) -> list[str]:
     """What the doc ``name`` (a path from the repository root), whose text is ``text``, names that does not exist."""
-    base = (ROOT / name).parent
     found: list[str] = []
     for link, token in dict.fromkeys(named_paths(text)):
-        why = path_problem(token, base=base if link else None)
+        if link and token.startswith("#"):  # a heading of this doc
+            why = anchor_problem(token[1:], text=text, name=name)
+        else:
+            why = path_problem(token, linked_from=ROOT / name if link else None)
         if why:
             found.append(f"{name}: path `{token}`: {why}")
     for dotted in dict.fromkeys(named_symbols(text)):
@@ -281,6 +294,8 @@ def test_the_guard_sees_the_codes_of_every_app() -> None:
         ("See [the old doc](gone.md).", "path `gone.md`: no such file"),
         ("See `nowhere_at_all.py`.", "path `nowhere_at_all.py`: no such file"),
         ("Run `payments/tests/test_idempotency.py::test_no_such_*`.", "no test_no_such_* in"),
+        ("See [buckets](strategies.md#no-such-heading).", "no heading #no-such-heading in docs/strategies.md"),
+        ("See [below](#nowhere).", "no heading #nowhere in docs/control.md"),
         ("Read `payments/checkout.py::NO_SUCH_SQL`.", "no NO_SUCH_SQL in payments/checkout.py"),
         ("Grant `inventory.adjust_everything`.", "inventory has no adjust_everything"),
         ("Call `skincare.db.retry_forever`.", "skincare.db has no retry_forever"),
@@ -298,10 +313,12 @@ def test_control_the_guard_refuses_a_doc_naming_what_does_not_exist(line: str, c
 
 def test_control_the_guard_accepts_what_exists() -> None:
     doc = (
+        "# Control\n\n"
         "`payments/checkout.py`, [locking](locking.md), `checkout.py`, `skincare.db.retry_transient`, "
         "`payments/tests/test_idempotency.py::test_a_*`, `.env`, `payments.E001`, `make test`, `skincare.0003`, "
         "`inventory.change_product`, `payments/checkout.py::ORDER_SQL`, `.venv/bin/python`, "
-        "`python -m devtools.mutate`, `/v1/checkout`, `20/minute`\n"
+        "`python -m devtools.mutate`, `/v1/checkout`, `20/minute`, [buckets](strategies.md#stock-buckets), "
+        "[here](#control), [ops](../docs/operations.md#production-refuses-the-demo)\n"
     )
     assert problems(doc, name="docs/control.md") == []
 
