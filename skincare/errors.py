@@ -56,7 +56,7 @@ class DomainError(Exception):
     def data(self) -> dict[str, Any]:
         """The code's own fields, beside ``error`` and ``code``: the declared fields, in declaration order."""
         return {
-            f.name: _jsonable(getattr(self, f.name))
+            f.name: f.metadata.get("json", _jsonable)(getattr(self, f.name))
             for f in dataclasses.fields(self)
             if f.metadata.get("in_body", True)
         }
@@ -71,8 +71,14 @@ class DomainError(Exception):
 
 
 def _jsonable(value: Any) -> Any:
-    """A field's value in the body: a timestamp as ISO 8601, anything else as it is."""
+    """A field's value in the body: a timestamp as ISO 8601, anything else as it is. A field that its clients know
+    in another form declares its own (``dataclasses.field(metadata={"json": ...})``)."""
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+def utc_z(value: datetime) -> str:
+    """ISO 8601 with ``Z`` for UTC, as the API's own timestamps are rendered (``orders.api.order_data``)."""
+    return value.isoformat().replace("+00:00", "Z")
 
 
 def error_body(message: str, code: str, **fields: Any) -> dict[str, Any]:

@@ -335,5 +335,5 @@ def test_control_the_error_table_guard_refuses_a_missing_a_wrong_and_an_unknown_
     assert "README error table: `stock_conflict` is listed under [410], its class declares 409" in (
         error_table_problems(wrong, declared)
     )
-    unknown = readme.replace(stock_row, stock_row.replace("`stock_conflict`", "`stock_conflict`, `sold_out`"))
-    assert any("`sold_out` is neither" in p for p in error_table_problems(unknown, declared))
+    unknown = readme.replace(stock_row, stock_row.replace("`stock_conflict`", "`stock_conflict`, `no_such_refusal`"))
+    assert any("`no_such_refusal` is neither" in p for p in error_table_problems(unknown, declared))

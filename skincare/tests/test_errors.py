@@ -11,6 +11,7 @@ from inventory.exceptions import SaleNotStarted, StaleStockVersion, StockConflic
 from orders.exceptions import PurchaseLimitExceeded
 from payments.exceptions import IdempotencyKeyReused, RateLimited
 from skincare.errors import DomainError, InvalidInput, ServiceBusy, declared_errors
+from waitingroom.exceptions import AdmissionRequired, QueueNotOpen
 
 # The bodies as the hand-written data() methods built them before the fields were declared once (key order
 # included: JSON bytes are compared).
@@ -69,6 +70,21 @@ BEFORE = [
         {"Retry-After": "17"},
         '{"error": "Too many checkouts; retry after the time in Retry-After.", "code": "rate_limited", '
         '"retry_after": 17, "limit": "20/minute"}',
+    ),
+    (
+        QueueNotOpen(product_id=1, opens_at=datetime(2026, 1, 1, 12, 0, tzinfo=UTC), retry_after_seconds=5),
+        {"Retry-After": "5"},
+        '{"error": "The queue for this product is not open yet.", "code": "queue_not_open", "product_id": 1, '
+        '"opens_at": "2026-01-01T12:00:00Z"}',
+    ),
+    (
+        AdmissionRequired(
+            product_ids=[3, 1], queue_urls=["/q/3", "/q/1"], pass_states=["none", "waiting"], retry_after_seconds=3
+        ),
+        {"Retry-After": "3"},
+        '{"error": "This product sells through a queue: join it and check out when admitted.", '
+        '"code": "admission_required", "product_ids": [3, 1], "queue_urls": ["/q/3", "/q/1"], '
+        '"pass_states": ["none", "waiting"]}',
     ),
     (
         CartCheckedOut(cart_id="abc", order_id=4),
