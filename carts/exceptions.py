@@ -1,17 +1,11 @@
-"""Carts' domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
-
-from typing import Any
+"""Carts' domain errors: each is one class that declares its code, HTTP status and fields (the body's fields, in
+this order; see ``skincare.errors``)."""
 
 from skincare.errors import DomainError
 
 
 class _CartError(DomainError):
-    def __init__(self, *, cart_id: str) -> None:
-        super().__init__()
-        self.cart_id = cart_id
-
-    def data(self) -> dict[str, Any]:
-        return {"cart_id": self.cart_id}
+    cart_id: str
 
 
 class CartNotFound(_CartError):
@@ -37,12 +31,7 @@ class CartCheckedOut(_CartError):
     http_status = 409
     default_message = "This cart was already checked out."
 
-    def __init__(self, *, cart_id: str, order_id: int) -> None:
-        super().__init__(cart_id=cart_id)
-        self.order_id = order_id
-
-    def data(self) -> dict[str, Any]:
-        return {"cart_id": self.cart_id, "order_id": self.order_id}
+    order_id: int
 
 
 class TooManyOpenCarts(DomainError):
@@ -52,9 +41,4 @@ class TooManyOpenCarts(DomainError):
     http_status = 409
     default_message = "You have too many open carts; check one out or let one expire."
 
-    def __init__(self, *, max_open_carts: int) -> None:
-        super().__init__()
-        self.max_open_carts = max_open_carts
-
-    def data(self) -> dict[str, Any]:
-        return {"max_open_carts": self.max_open_carts}
+    max_open_carts: int

@@ -341,7 +341,7 @@ MUTATIONS = [
         "sale-not-started-stored",
         "a 409 sale_not_started loses its Retry-After and is stored under the Idempotency-Key",
         "inventory/exceptions.py",
-        "SaleNotStarted.__init__",
+        "SaleNotStarted.__post_init__",
         "self.retry_after = max(retry_after_seconds, 1)",
         "self.retry_after = None",
         (

@@ -1,20 +1,20 @@
-"""Inventory's domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
+"""Inventory's domain errors: each is one class that declares its code, HTTP status and fields (the body's fields,
+in this order; see ``skincare.errors``)."""
 
+from dataclasses import InitVar
 from datetime import datetime
-from typing import Any
 
 from skincare.errors import DomainError
 
 
-class _ProductsError(DomainError):
+class ProductsError(DomainError):
     """An error about some products of a request: ``product_ids`` names every one (ascending)."""
 
-    def __init__(self, *, product_ids: list[int], message: str | None = None) -> None:
-        super().__init__(message)
-        self.product_ids = sorted(product_ids)
+    product_ids: list[int]
 
-    def data(self) -> dict[str, Any]:
-        return {"product_ids": self.product_ids}
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.product_ids = sorted(self.product_ids)
 
 
 class ProductNotFound(DomainError):
@@ -24,15 +24,10 @@ class ProductNotFound(DomainError):
     http_status = 404
     default_message = "Product not found."
 
-    def __init__(self, *, product_id: int) -> None:
-        super().__init__()
-        self.product_id = product_id
-
-    def data(self) -> dict[str, Any]:
-        return {"product_id": self.product_id}
+    product_id: int
 
 
-class InvalidProduct(_ProductsError):
+class InvalidProduct(ProductsError):
     """A checkout names a product that does not exist or is not for sale. The request is well-formed but its
     data is wrong, so it is a 422 (the seed's mapping), not a 404: the checkout resource itself exists."""
 
@@ -41,7 +36,7 @@ class InvalidProduct(_ProductsError):
     default_message = "One or more products do not exist or are not for sale."
 
 
-class StockConflict(_ProductsError):
+class StockConflict(ProductsError):
     """Not enough available stock for a reservation (it may just have been taken by another customer).
     ``gave_up_after`` is the number of attempts of an ``optimistic`` product whose version check kept losing, and
     null otherwise."""
@@ -50,12 +45,7 @@ class StockConflict(_ProductsError):
     http_status = 409
     default_message = "Not enough stock for one or more products; refresh your cart."
 
-    def __init__(self, *, product_ids: list[int], gave_up_after: int | None = None) -> None:
-        super().__init__(product_ids=product_ids)
-        self.gave_up_after = gave_up_after
-
-    def data(self) -> dict[str, Any]:
-        return {"product_ids": self.product_ids, "gave_up_after": self.gave_up_after}
+    gave_up_after: int | None = None
 
 
 class StockWouldGoNegative(DomainError):
@@ -66,33 +56,24 @@ class StockWouldGoNegative(DomainError):
     http_status = 409
     default_message = "This change would push available stock below zero."
 
-    def __init__(self, *, product_id: int | None, requested: int) -> None:
-        super().__init__()
-        self.product_id = product_id
-        self.requested = requested
-
-    def data(self) -> dict[str, Any]:
-        return {"product_id": self.product_id, "requested": self.requested}
+    product_id: int | None
+    requested: int
 
 
 class StaleStockVersion(DomainError):
-    """The inventory row changed after the caller read it (optimistic check, like HTTP If-Match)."""
+    """The product's stock changed after the caller read it (optimistic check, like HTTP If-Match): ``version`` is
+    the stock version now, ``expected_version`` the one the caller read."""
 
     code = "stale_version"
     http_status = 409
     default_message = "Stock changed while you were editing; reload and try again."
 
-    def __init__(self, *, product_id: int, expected_version: int, version: int) -> None:
-        super().__init__()
-        self.product_id = product_id
-        self.expected_version = expected_version
-        self.version = version
-
-    def data(self) -> dict[str, Any]:
-        return {"product_id": self.product_id, "expected_version": self.expected_version, "version": self.version}
+    product_id: int
+    expected_version: int
+    version: int
 
 
-class InventoryCorrupted(_ProductsError):
+class InventoryCorrupted(ProductsError):
     """A counter does not hold the units a reservation says it holds. Never expected; audit_inventory reports it."""
 
     code = "inventory_corrupted"
@@ -101,7 +82,7 @@ class InventoryCorrupted(_ProductsError):
     default_message = "Inventory counters disagree with reservations."
 
 
-class LockBusy(_ProductsError):
+class LockBusy(ProductsError):
     """A ``row_lock_nowait`` product's stock row is locked by another checkout right now; try again shortly."""
 
     code = "lock_busy"
@@ -110,7 +91,7 @@ class LockBusy(_ProductsError):
     default_message = "This product is being bought by someone else right now; please retry in a moment."
 
 
-class SaleNotStarted(_ProductsError):
+class SaleNotStarted(ProductsError):
     """A checkout of a product whose sale window has not opened yet by the database clock of the checkout's
     transaction. ``starts_at`` is when the last of ``product_ids`` opens; ``retry_after`` the whole seconds until
     then (at least 1), per instance. Retryable, so never stored under an Idempotency-Key: the same key can buy once
@@ -120,16 +101,15 @@ class SaleNotStarted(_ProductsError):
     http_status = 409
     default_message = "The sale has not started yet; retry after the time in Retry-After."
 
-    def __init__(self, *, product_ids: list[int], starts_at: datetime, retry_after_seconds: int) -> None:
-        super().__init__(product_ids=product_ids)
-        self.starts_at = starts_at
+    starts_at: datetime
+    retry_after_seconds: InitVar[int]
+
+    def __post_init__(self, retry_after_seconds: int) -> None:
+        super().__post_init__()
         self.retry_after = max(retry_after_seconds, 1)
 
-    def data(self) -> dict[str, Any]:
-        return {"product_ids": self.product_ids, "starts_at": self.starts_at.isoformat()}
 
-
-class SaleEnded(_ProductsError):
+class SaleEnded(ProductsError):
     """A checkout of a product whose sale window has closed by the database clock. Retrying cannot help."""
 
     code = "sale_ended"

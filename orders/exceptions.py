@@ -1,7 +1,7 @@
-"""Orders' domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
+"""Orders' domain errors: each is one class that declares its code, HTTP status and fields (the body's fields, in
+this order; see ``skincare.errors``)."""
 
-from typing import Any
-
+from inventory.exceptions import ProductsError
 from skincare.errors import DomainError
 
 
@@ -10,12 +10,7 @@ class OrderNotFound(DomainError):
     http_status = 404
     default_message = "Order not found."
 
-    def __init__(self, *, order_id: int) -> None:
-        super().__init__()
-        self.order_id = order_id
-
-    def data(self) -> dict[str, Any]:
-        return {"order_id": self.order_id}
+    order_id: int
 
 
 class OrderNotPending(DomainError):
@@ -25,29 +20,17 @@ class OrderNotPending(DomainError):
     http_status = 409
     default_message = "The order is no longer pending payment."
 
-    def __init__(self, *, order_id: int, status: str) -> None:
-        super().__init__()
-        self.order_id = order_id
-        self.status = status
-
-    def data(self) -> dict[str, Any]:
-        return {"order_id": self.order_id, "status": self.status}
+    order_id: int
+    status: str
 
 
-class PurchaseLimitExceeded(DomainError):
+class PurchaseLimitExceeded(ProductsError):
     """The customer's units of a limited product (pending and paid orders plus this request) would exceed the
     product's ``max_per_customer``; ``product_ids`` names every such product."""
 
     code = "purchase_limit_exceeded"
     http_status = 409
     default_message = "This order would exceed the per-customer limit of one or more products."
-
-    def __init__(self, *, product_ids: list[int]) -> None:
-        super().__init__()
-        self.product_ids = sorted(product_ids)
-
-    def data(self) -> dict[str, Any]:
-        return {"product_ids": self.product_ids}
 
 
 class TooManyPendingOrders(DomainError):
@@ -57,9 +40,4 @@ class TooManyPendingOrders(DomainError):
     http_status = 409
     default_message = "You have too many unpaid orders; pay or cancel one first."
 
-    def __init__(self, *, max_pending_orders: int) -> None:
-        super().__init__()
-        self.max_pending_orders = max_pending_orders
-
-    def data(self) -> dict[str, Any]:
-        return {"max_pending_orders": self.max_pending_orders}
+    max_pending_orders: int

@@ -1,6 +1,7 @@
-"""Payments' domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
+"""Payments' domain errors: each is one class that declares its code, HTTP status and fields (the body's fields,
+in this order; see ``skincare.errors``)."""
 
-from typing import Any
+from dataclasses import InitVar, field
 
 from skincare.errors import DomainError
 
@@ -12,12 +13,7 @@ class InvalidSignature(DomainError):
 
 
 class _KeyError(DomainError):
-    def __init__(self, *, idempotency_key: str) -> None:
-        super().__init__()
-        self.idempotency_key = idempotency_key
-
-    def data(self) -> dict[str, Any]:
-        return {"idempotency_key": self.idempotency_key}
+    idempotency_key: str
 
 
 class IdempotencyKeyReused(_KeyError):
@@ -39,16 +35,17 @@ class IdempotencyKeyInProgress(_KeyError):
 
 
 class RateLimited(DomainError):
-    """Too many checkouts by this customer in the current window (CHECKOUT_RATE_LIMIT)."""
+    """Too many checkouts by this customer in the current window (CHECKOUT_RATE_LIMIT). The body carries
+    ``retry_after`` as well as the header (it is declared as this class's own field)."""
 
     code = "rate_limited"
     http_status = 429
     default_message = "Too many checkouts; retry after the time in Retry-After."
 
-    def __init__(self, *, retry_after_seconds: int, limit: str) -> None:
-        super().__init__()
-        self.retry_after = retry_after_seconds
-        self.limit = limit
+    retry_after: int | None = field(default=None, init=False)
+    limit: str
+    retry_after_seconds: InitVar[int]
 
-    def data(self) -> dict[str, Any]:
-        return {"retry_after": self.retry_after, "limit": self.limit}
+    def __post_init__(self, retry_after_seconds: int) -> None:
+        super().__post_init__()
+        self.retry_after = retry_after_seconds

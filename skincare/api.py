@@ -43,6 +43,11 @@ DRF_CODES: dict[type[drf_exceptions.APIException], str] = {
     drf_exceptions.ValidationError: "invalid_request",
 }
 
+# Every code of an answer that is not a DomainError's: DRF's refusals and this module's own bodies.
+FRAMEWORK_CODES = frozenset(
+    {*DRF_CODES.values(), "internal_error", "payload_too_large", "bad_request", "not_found", "csrf_failed"}
+)
+
 
 # Issued tokens are 43 URL-safe characters; anything longer or outside printable ASCII (e.g. U+0000, which
 # PostgreSQL text cannot store) cannot be a token: refused without a query.

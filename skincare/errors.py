@@ -1,33 +1,65 @@
-"""The base of every domain error, in the style of Zulip's ``JsonableError``.
+"""The base of every domain error, in the style of Zulip's ``JsonableError``: one error code is one class.
 
-Services raise subclasses of :class:`DomainError`. Each subclass declares everything an answer needs: a stable
+Services raise subclasses of :class:`DomainError`. A subclass declares everything an answer needs, once: a stable
 machine-readable ``code``, the ``http_status``, a human ``default_message``, ``retry_after`` (sent as
-``Retry-After``) for the retryable ones, and its own fields through a typed constructor and :meth:`data`, so each
-code has exactly one body shape. :meth:`body` is that JSON body; the one exception handler
-(``skincare.api.exception_handler``) sends it and imports nothing from the apps, so a new error is one class in the
-app that raises it and one row in the README's error table.
+``Retry-After``) for the retryable ones, and its own fields as annotated class attributes, as a dataclass declares
+them. From those declarations come the keyword-only, typed constructor (every subclass is a dataclass) and
+:meth:`DomainError.data`: the fields in declaration order, so each code has exactly one body shape. ``message``
+(the body's ``error``) and ``retry_after`` (a header) are not fields of the body, unless a class declares
+``retry_after`` as its own field (``rate_limited`` does). :meth:`body` is the JSON body; the one exception handler
+(``skincare.api.exception_handler``) sends it and imports nothing from the apps.
+
+Every class that declares a ``code`` is registered as it is defined (a code declared twice is an error at import),
+and :func:`declared_errors` lists them all, so a new error is one class in its app's ``exceptions.py`` and one row
+in the README's error table: ``/metrics`` labels it (``skincare.metrics``) and the docs guard
+(``skincare/tests/test_docs.py``) checks the row.
 """
 
-from typing import Any, ClassVar
+import dataclasses
+from datetime import datetime
+from typing import Any, ClassVar, dataclass_transform
+
+from django.utils.module_loading import autodiscover_modules
+
+# code -> the class that declares it, filled as each class is defined (``DomainError.__init_subclass__``).
+_DECLARED: dict[str, type["DomainError"]] = {}
+# The field metadata of what a DomainError carries outside the body's own fields.
+_NOT_IN_BODY = {"in_body": False}
 
 
+@dataclass_transform(kw_only_default=True, eq_default=False, field_specifiers=(dataclasses.field,))
+@dataclasses.dataclass(eq=False)
 class DomainError(Exception):
     code: ClassVar[str] = "domain_error"
     http_status: ClassVar[int] = 400
     default_message: ClassVar[str] = "The request could not be completed."
     # A 5xx domain error is a bug or corruption: its message and fields are logged, never sent to the client.
     expose: ClassVar[bool] = True
+    # For humans; ``default_message`` when empty. The one positional argument of every error.
+    message: str = dataclasses.field(default="", metadata=_NOT_IN_BODY)
     # Seconds a client should wait before retrying (sent as ``Retry-After``); None when retrying cannot help. A
-    # subclass declares it, or sets it per instance when the wait depends on the case (rate limits).
-    retry_after: int | None = None
+    # subclass sets it (``retry_after = 1``), or sets it per instance when the wait depends on the case.
+    retry_after: int | None = dataclasses.field(default=None, init=False, repr=False, metadata=_NOT_IN_BODY)
 
-    def __init__(self, message: str | None = None) -> None:
-        self.message = message or self.default_message
-        super().__init__(self.message)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(cls, kw_only=True, eq=False)
+        if "code" in cls.__dict__:
+            other = _DECLARED.setdefault(cls.code, cls)
+            if other is not cls:
+                raise TypeError(f"error code {cls.code!r} is declared twice: {other.__qualname__}, {cls.__qualname__}")
+
+    def __post_init__(self) -> None:
+        self.message = self.message or self.default_message
+        Exception.__init__(self, self.message)
 
     def data(self) -> dict[str, Any]:
-        """The code's own fields, beside ``error`` and ``code`` (the same keys every time for one code)."""
-        return {}
+        """The code's own fields, beside ``error`` and ``code``: the declared fields, in declaration order."""
+        return {
+            f.name: f.metadata.get("json", _jsonable)(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.metadata.get("in_body", True)
+        }
 
     def body(self) -> dict[str, Any]:
         """The JSON answer: ``{"error": "<for humans>", "code": "<stable>", ...the code's fields}``."""
@@ -38,9 +70,28 @@ class DomainError(Exception):
         return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
 
 
+def _jsonable(value: Any) -> Any:
+    """A field's value in the body: a timestamp as ISO 8601, anything else as it is. A field that its clients know
+    in another form declares its own (``dataclasses.field(metadata={"json": ...})``)."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def utc_z(value: datetime) -> str:
+    """ISO 8601 with ``Z`` for UTC, as the API's own timestamps are rendered (``orders.api.order_data``)."""
+    return value.isoformat().replace("+00:00", "Z")
+
+
 def error_body(message: str, code: str, **fields: Any) -> dict[str, Any]:
     """The one error shape, for domain errors and for the framework's own refusals (404, 415, malformed JSON …)."""
     return {"error": message, "code": code, **fields}
+
+
+def declared_errors() -> dict[str, type[DomainError]]:
+    """Every error code the installed apps declare, with its class. Each app's errors live in its ``exceptions``
+    module, imported here first (as the admin discovers ``admin.py``), so the answer does not depend on which
+    modules happened to be loaded; the foundation names no app."""
+    autodiscover_modules("exceptions")
+    return dict(_DECLARED)
 
 
 class InvalidInput(DomainError):
@@ -50,12 +101,7 @@ class InvalidInput(DomainError):
     http_status = 400
     default_message = "The request is invalid."
 
-    def __init__(self, message: str | None = None, *, fields: dict[str, list[str]] | None = None) -> None:
-        super().__init__(message)
-        self.fields = fields or {}
-
-    def data(self) -> dict[str, Any]:
-        return {"fields": self.fields}
+    fields: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class ServiceBusy(DomainError):

@@ -4,6 +4,7 @@ import hmac
 import ipaddress
 import threading
 import time
+from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -96,7 +97,7 @@ class OutcomeCountingMixin:
     """
 
     outcome_counter: ClassVar[Counter]
-    allowed_outcomes: ClassVar[frozenset[str]]
+    allowed_outcomes: ClassVar[AbstractSet[str]]
     latency_histogram: ClassVar[Histogram | None] = None
     success_outcome: ClassVar[str] = "ok"
     success_outcome_field: ClassVar[str | None] = None

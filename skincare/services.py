@@ -5,7 +5,7 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
@@ -19,7 +19,7 @@ def api_token_digest(token: str) -> str:
 
 
 @transaction.atomic
-def api_token_issue(*, user: AbstractBaseUser, token: str | None = None, ttl_seconds: int | None = None) -> str:
+def api_token_issue(*, user: User, token: str | None = None, ttl_seconds: int | None = None) -> str:
     """Store a new token of ``user`` (its digest only) and return the token; it cannot be read back later.
 
     ``token`` is generated (256 random bits) unless given (the labelled demo token of the demo data).
@@ -34,7 +34,7 @@ def api_token_issue(*, user: AbstractBaseUser, token: str | None = None, ttl_sec
 
 
 @transaction.atomic
-def api_tokens_revoke(*, user: AbstractBaseUser) -> int:
+def api_tokens_revoke(*, user: User) -> int:
     """Revoke every token of ``user`` that is not revoked yet (database clock). Returns how many."""
     revoked = ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=Now())
     from skincare.selectors import forget_user  # this process stops accepting them at once; others within the TTL

@@ -158,10 +158,11 @@ def _database():
     if not config.get("HOST") and "host" in options:  # Unix-socket URLs carry the directory as ?host=
         config["HOST"] = options.pop("host")
     # Waiting for a row lock is bounded: a request that cannot get its lock in time fails with 55P03 and becomes a
-    # 503 with Retry-After instead of piling up behind a stuck transaction. Every service transaction sets both
-    # bounds itself with SET LOCAL (skincare.db.retry_transient), which survives a transaction-mode pooler. Talking
-    # to PostgreSQL directly, the same values also go in the libpq ``options`` startup parameter so that reads,
-    # the admin and migrations are bounded too; PgBouncer refuses that parameter, so DB_PGBOUNCER=true leaves it out.
+    # 503 with Retry-After instead of piling up behind a stuck transaction. Talking to PostgreSQL directly, both
+    # bounds go in the libpq ``options`` startup parameter, so every statement is bounded: services, reads, the
+    # admin, migrations. PgBouncer refuses that parameter, so DB_PGBOUNCER=true leaves it out, and then each service
+    # transaction run by skincare.db.retry_transient sets both bounds itself with SET LOCAL (which survives a
+    # transaction-mode pooler); other statements run with the server's defaults.
     if not PGBOUNCER:
         options.setdefault(
             "options", f"-c lock_timeout={DB_LOCK_TIMEOUT_MS} -c statement_timeout={DB_STATEMENT_TIMEOUT_MS}"

@@ -1,9 +1,10 @@
-"""The waiting room's domain errors; each declares its code, HTTP status and fields (see ``skincare.errors``)."""
+"""The waiting room's domain errors: each is one class that declares its code, HTTP status and fields (the body's
+fields, in this order; see ``skincare.errors``)."""
 
+from dataclasses import InitVar, field
 from datetime import datetime
-from typing import Any
 
-from skincare.errors import DomainError
+from skincare.errors import DomainError, utc_z
 
 
 class QueueNotFound(DomainError):
@@ -13,13 +14,8 @@ class QueueNotFound(DomainError):
     http_status = 404
     default_message = "This product has no queue, or the pass is not yours."
 
-    def __init__(self, *, product_id: int | None = None, pass_id: int | None = None) -> None:
-        super().__init__()
-        self.product_id = product_id
-        self.pass_id = pass_id
-
-    def data(self) -> dict[str, Any]:
-        return {"product_id": self.product_id, "pass_id": self.pass_id}
+    product_id: int | None = None
+    pass_id: int | None = None
 
 
 class QueueNotOpen(DomainError):
@@ -29,14 +25,13 @@ class QueueNotOpen(DomainError):
     http_status = 409
     default_message = "The queue for this product is not open yet."
 
-    def __init__(self, *, product_id: int, opens_at: datetime, retry_after_seconds: int) -> None:
-        super().__init__()
-        self.product_id = product_id
-        self.opens_at = opens_at
-        self.retry_after = retry_after_seconds
+    product_id: int
+    opens_at: datetime = field(metadata={"json": utc_z})
+    retry_after_seconds: InitVar[int]
 
-    def data(self) -> dict[str, Any]:
-        return {"product_id": self.product_id, "opens_at": self.opens_at.isoformat().replace("+00:00", "Z")}
+    def __post_init__(self, retry_after_seconds: int) -> None:
+        super().__post_init__()
+        self.retry_after = retry_after_seconds
 
 
 class QueueSoldOut(DomainError):
@@ -46,12 +41,7 @@ class QueueSoldOut(DomainError):
     http_status = 409
     default_message = "Sold out: no unit is left and none can come back."
 
-    def __init__(self, *, product_id: int) -> None:
-        super().__init__()
-        self.product_id = product_id
-
-    def data(self) -> dict[str, Any]:
-        return {"product_id": self.product_id}
+    product_id: int
 
 
 class AdmissionRequired(DomainError):
@@ -63,17 +53,14 @@ class AdmissionRequired(DomainError):
     http_status = 409
     default_message = "This product sells through a queue: join it and check out when admitted."
 
-    def __init__(
-        self, *, product_ids: list[int], queue_urls: list[str], pass_states: list[str], retry_after_seconds: int
-    ) -> None:
-        super().__init__()
-        self.product_ids = product_ids
-        self.queue_urls = queue_urls
-        self.pass_states = pass_states
-        self.retry_after = retry_after_seconds
+    product_ids: list[int]
+    queue_urls: list[str]
+    pass_states: list[str]
+    retry_after_seconds: InitVar[int]
 
-    def data(self) -> dict[str, Any]:
-        return {"product_ids": self.product_ids, "queue_urls": self.queue_urls, "pass_states": self.pass_states}
+    def __post_init__(self, retry_after_seconds: int) -> None:
+        super().__post_init__()
+        self.retry_after = retry_after_seconds
 
 
 class AdmissionExpired(DomainError):
@@ -84,9 +71,4 @@ class AdmissionExpired(DomainError):
     http_status = 410
     default_message = "Your admission lapsed before you checked out; the turn went to the next in line."
 
-    def __init__(self, *, product_ids: list[int]) -> None:
-        super().__init__()
-        self.product_ids = product_ids
-
-    def data(self) -> dict[str, Any]:
-        return {"product_ids": self.product_ids}
+    product_ids: list[int]

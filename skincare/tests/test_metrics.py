@@ -1,9 +1,11 @@
-"""Prometheus metrics: counters move with real requests, retries are counted on a real deadlock, the sweeper
+"""Prometheus metrics: outcome labels are derived from the error classes, counters move with real requests, retries are counted on a real deadlock, the sweeper
 serves its own, /metrics is loopback-or-token only, and gunicorn's workers are summed (multiprocess mode)."""
 
+import re
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
@@ -13,11 +15,16 @@ from prometheus_client import REGISTRY
 from devtools.processes import Gunicorn, free_port
 from devtools.testing import make_overdue, run_concurrently
 from inventory.models import StockBucket
+from inventory.tests.test_sale_window import set_window
 from orders.tests.test_sweeper import LineWatcher, run_command_in_thread
 from payments import signing
+from payments.models import ProcessedEvent
 from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout
+from skincare import api
 from skincare.db import retry_transient
+from skincare.errors import declared_errors
+from skincare.metrics import CHECKOUT_OUTCOMES, OTHER, WEBHOOK_OUTCOMES, bounded
 
 
 def value(name: str, **labels: str) -> float:
@@ -73,9 +80,59 @@ def test_webhook_outcomes_are_counted_and_labels_stay_bounded(settings, customer
         if m.name == "skincare_payment_webhook_events"
         for s in m.samples
     }
-    from skincare.metrics import OTHER, WEBHOOK_OUTCOMES
-
     assert outcomes <= WEBHOOK_OUTCOMES | {OTHER}
+
+
+def test_every_declared_error_code_is_a_checkout_and_a_webhook_label() -> None:
+    """The labels are derived from the error classes: a code no list names would be counted as ``other``."""
+    codes = set(declared_errors())
+    assert {"sale_not_started", "sale_ended", "stock_conflict", "rate_limited", "cart_expired"} <= codes
+
+    assert codes <= set(CHECKOUT_OUTCOMES)
+    assert codes <= set(WEBHOOK_OUTCOMES)
+    assert all(bounded(code, CHECKOUT_OUTCOMES) == code for code in codes)
+    assert all(bounded(code, CHECKOUT_OUTCOMES) == code for code in api.FRAMEWORK_CODES)
+    assert "created" in CHECKOUT_OUTCOMES
+    assert bounded("no_such_code", CHECKOUT_OUTCOMES) == OTHER  # control: anything else is still ``other``
+    assert bounded(None, WEBHOOK_OUTCOMES) == OTHER
+
+
+def test_webhook_success_labels_are_the_event_outcomes() -> None:
+    """A 200 webhook answer's ``status`` is a ``ProcessedEvent.Outcome``: the webhook's labels name each one."""
+    assert WEBHOOK_OUTCOMES.successes == set(ProcessedEvent.Outcome.values)
+
+
+def test_every_code_the_api_layer_sends_is_a_framework_code() -> None:
+    """The codes skincare.api writes itself (``error_body(..., "<code>")`` and DRF's mapping) are the
+    FRAMEWORK_CODES that the labels and the README's error table accept."""
+    source = Path(api.__file__).read_text()
+    sent = set(re.findall(r'error_body\([^()]*?(?:\([^()]*\))?[^()]*?, "([a-z_]+)"', source)) | set(
+        api.DRF_CODES.values()
+    )
+    assert {"internal_error", "payload_too_large", "bad_request", "not_found", "csrf_failed"} <= sent
+    assert sent == api.FRAMEWORK_CODES
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "starts_in, ends_in, status, code", [(60, 3600, 409, "sale_not_started"), (-60, -1, 410, "sale_ended")]
+)
+def test_sale_window_refusals_are_counted_under_their_own_code(  # type: ignore[no-untyped-def]
+    api, make_product, starts_in, ends_in, status, code
+) -> None:
+    """The opening second of a sale is what the sale-window codes exist for: counted as themselves, not ``other``."""
+    product = make_product(stock=5)
+    set_window(product, starts_in=starts_in, ends_in=ends_in)
+    before = (
+        value("skincare_checkout_requests_total", outcome=code),
+        value("skincare_checkout_requests_total", outcome=OTHER),
+    )
+
+    response = api.post("/v1/checkout", {"items": [{"product_id": product.pk, "qty": 1}]}, format="json")
+
+    assert (response.status_code, response.json()["code"]) == (status, code)
+    assert value("skincare_checkout_requests_total", outcome=code) == before[0] + 1
+    assert value("skincare_checkout_requests_total", outcome=OTHER) == before[1]
 
 
 @pytest.mark.django_db(transaction=True)
