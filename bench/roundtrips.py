@@ -1,4 +1,4 @@
-"""Count the database round trips of one HTTP checkout, and those made while the hot inventory row is locked.
+"""Count the database round trips of one HTTP checkout, and those made while the hot stock row is locked.
 
     DATABASE_URL=... python -m bench.roundtrips [PRODUCT_ID ...]
 
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> None:
         print(f"  {len(statements) + 1:2d} L  (COMMIT or ROLLBACK, sent by psycopg)")
         total = len(statements) + 1
         held = (len(statements) - locked_from + 1) if locked_from is not None else 0
-        print(f"round trips: {total} for the request; {held} while the inventory row lock is held (L, incl. COMMIT)")
+        print(f"round trips: {total} for the request; {held} while the stock row lock is held (L, incl. COMMIT)")
 
 
 if __name__ == "__main__":

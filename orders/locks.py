@@ -1,5 +1,4 @@
-"""Locks on orders and then their reservations, the steps of the lock order (``skincare.locks``) after the customer's
-checkout lock and before advisory product keys and stock rows."""
+"""Locks on orders and then their reservations (steps 5 and 6 of the lock order in ``skincare.locks``)."""
 
 from django.contrib.auth.models import User
 

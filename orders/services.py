@@ -2,7 +2,7 @@
 checkout, ``payments.checkout``, whose one statement writes it with everything that belongs to it.)
 
 Every transition is a conditional update (``WHERE status = 'pending_payment'``) made under the lock order in
-``skincare.locks`` (its steps: order rows, then their reservations, then stock rows, last). Each reservation's units
+``skincare.locks`` (steps 5, 6 and 8). Each reservation's units
 go back to, or leave from, the stock row (bucket) the reservation names (``inventory.reserve``).
 """
 
@@ -34,8 +34,7 @@ def _close_pending(
 ) -> TransitionResult:
     """Move locked pending orders to their end state; their active reservations end with them.
 
-    Caller holds the order locks. Reservations are locked next, then stock rows (inside ``inventory.reserve``) by
-    ascending (product id, bucket).
+    Caller holds the order locks.
     """
     reservations = lock_active_reservations(order_ids=order_ids)
     # Each reservation's units leave the stock row it names (inventory refuses one that names none).

@@ -28,11 +28,14 @@ key everything after the key's claim, and the refusal is stored as the key's ans
 4. a product this worker saw sold out in the last ``SOLD_OUT_CACHE_MS`` (409 ``stock_conflict``, no query);
 5. :data:`QUOTES_SQL`, which takes the customer's checkout lock: an unknown or inactive product (422), then a product
    outside its sale window (410 ``sale_ended``, else 409 ``sale_not_started`` with ``Retry-After``), then a product
-   visibly short (409 ``stock_conflict``); a ``serializable`` product at READ COMMITTED starts over at SERIALIZABLE
-   here; more than ``max_per_customer`` units in this request (409 ``purchase_limit_exceeded``);
-6. :data:`ORDER_SQL` writes and reads the customer's counts: over ``max_per_customer`` with the customer's open and
-   paid orders (409 ``purchase_limit_exceeded``), then ``MAX_PENDING_ORDERS_PER_CUSTOMER`` (409
-   ``too_many_pending_orders``);
+   with a waiting room whose admission the customer cannot use (409 ``admission_required``, 410
+   ``admission_expired``: ``waitingroom.admission``, which uses it), then a product visibly short (409
+   ``stock_conflict``); a ``serializable`` product at READ COMMITTED starts over at SERIALIZABLE here; more than
+   ``max_per_customer`` units in this request (409 ``purchase_limit_exceeded``);
+6. :data:`ORDER_SQL` decides the sale window again by its own statement's clock (410 ``sale_ended`` once a window
+   closed while the checkout waited, nothing written), writes, and reads the customer's counts: over
+   ``max_per_customer`` with the customer's open and paid orders (409 ``purchase_limit_exceeded``), then
+   ``MAX_PENDING_ORDERS_PER_CUSTOMER`` (409 ``too_many_pending_orders``);
 7. the stock (409 ``stock_conflict``, 409 ``lock_busy``; a lost optimistic version check runs the transaction
    again, up to ``INVENTORY_OPTIMISTIC_ATTEMPTS`` attempts in all).
 

@@ -86,9 +86,7 @@ def payment_event_apply(
     provider reference, reported again under a new event id) changes nothing and reports that attempt's
     outcome again.
 
-    Locks: the event id first (only deliveries of the same event contend there, and each takes it before
-    anything else), then the order row, its payment attempts and its reservations, then the stock rows each
-    reservation names (the lock order is in ``skincare.locks``), by the last statements of the transaction.
+    Locks: steps 1, 5, 6 and 8 of ``skincare.locks`` (the event id first, the stock rows by the last statements).
     """
     if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
         return Outcome.DUPLICATE

@@ -124,7 +124,7 @@ def test_the_strategy_and_buckets_stay_in_the_admin_not_the_public_api(client, m
 
 
 def hold_inventory_row(product):
-    """Another connection holds the product's inventory row (FOR NO KEY UPDATE) until the returned event is set."""
+    """Another connection holds the product's stock row (bucket 0) (FOR NO KEY UPDATE) until the returned event is set."""
     held, release = threading.Event(), threading.Event()
 
     def hold_row():

@@ -1,5 +1,5 @@
 """Per-customer purchase limits (``products.max_per_customer``) and the cap on open pending orders
-(``MAX_PENDING_ORDERS_PER_CUSTOMER``): both enforced under the customer's checkout lock (docs/locking.md, step 0)."""
+(``MAX_PENDING_ORDERS_PER_CUSTOMER``): both enforced under the customer's checkout lock (step 3 of ``skincare.locks``)."""
 
 import threading
 

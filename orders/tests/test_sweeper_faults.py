@@ -95,7 +95,7 @@ def test_sweeper_sigkilled_mid_batch_leaves_it_undone_and_the_next_run_finishes_
 
     env = {**subprocess_env(), "DB_LOCK_TIMEOUT_MS": "60000"}
     with transaction.atomic():
-        # Hold the last inventory row the batch needs: the sweeper claims the orders, expires the reservations,
+        # Hold the last stock row the batch needs: the sweeper claims the orders, expires the reservations,
         # writes its ledger rows and then waits here, in the middle of its one transaction.
         list(StockBucket.objects.select_for_update(no_key=True).filter(product=products[1], bucket=0))
         proc = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py

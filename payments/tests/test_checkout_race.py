@@ -178,7 +178,7 @@ def test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_re
 
 
 def lock_rows_in_cart_order(product_ids, both_hold_their_first_row):
-    """TEST ONLY: lock inventory rows in the order the cart lists them, the mistake the ascending-id lock
+    """TEST ONLY: lock stock rows in the order the cart lists them, the mistake the ascending-id lock
     order exists to prevent."""
     with transaction.atomic():
         for position, product_id in enumerate(product_ids):

@@ -629,7 +629,7 @@ def test_order_row_locked_elsewhere_gives_503_then_redelivery_pays(order):
 
 @pytest.mark.django_db(transaction=True)
 def test_inventory_row_locked_elsewhere_rolls_back_attempt_and_claim(order):
-    """The lock timeout strikes on the last statements (the inventory rows), after the event claim, the order
+    """The lock timeout strikes on the last statements (the stock rows), after the event claim, the order
     lock and the attempt update were already made: all of it is rolled back."""
     product_id = lines_of(order)[0][0]
     before = db_state()
