@@ -141,7 +141,7 @@ stop: setup
 loadtest: demo
 	$(PY) -m bench.loadtest
 
-# Minutes long (5,000 customer tokens, two crowds), so not in `make loadtest`'s default set.
+# The waiting room's profile alone (`make loadtest` runs it too, last; about four minutes on a quiet machine).
 loadtest-queue: demo
 	$(PY) -m bench.loadtest --only queue
 

@@ -22,8 +22,8 @@ Profiles (each ends with the invariant checks in locustfile.py: audit_inventory 
                 with no 5xx and a clean audit; the queued run must end every buyer bought or sold_out. Reports
                 the admitted checkouts' p50/p99 beside the crowd's, poll p99 and polls/s, the time from the
                 opening to the last sale and to sold out, and the peak number of checkout transactions inside
-                the database at once (pg_stat_activity sampled every 10 ms). Not in the default set (it takes a
-                few minutes): ``python -m bench.loadtest --only queue``.
+                the database at once (pg_stat_activity sampled every 10 ms). About four minutes on a quiet
+                machine; alone: ``python -m bench.loadtest --only queue`` (``make loadtest-queue``).
 
 ``--naive`` (or BENCH_NAIVE=1) serves the same stack with bench/naive_gunicorn.conf.py, which swaps the stock
 reservation for a read-check-write (TEST ONLY): the run must then FAIL with an oversell. It uses its own
@@ -311,8 +311,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     def wanted(profile: str) -> bool:
-        if profile == "queue":  # minutes long: only when asked for (python -m bench.loadtest --only queue)
-            return bool(args.only) and profile in args.only
         return not args.only or profile in args.only
 
     naive = args.naive or os.environ.get("BENCH_NAIVE") == "1"
