@@ -15,7 +15,7 @@ Where each number comes from:
 - units held by unpaid orders and the next expiries: ``active`` reservations of the product by ``expires_at``;
 - sweeper lag: how far ``now()`` is past the oldest ``active`` reservation's ``expires_at`` (0 when none is due);
 - refusals by code and checkout p50/p99: this instance's Prometheus counters (not in the database);
-- the waiting room: whatever a queue app registers with :func:`register_queue_source` (none yet).
+- the waiting room: whatever a queue app registers with :func:`register_queue_source` (``waitingroom`` does).
 """
 
 import time

@@ -153,6 +153,25 @@ GROUP BY q.product_id ORDER BY q.product_id
 """
 
 
+def board_queue(product_id: int) -> dict[str, Any] | None:
+    """The product's queue for the sale board (``orders.saleboard.register_queue_source``), None without one: its
+    counts, its pace, and where ops pause or resume it (the queue's admin page)."""
+    from django.urls import reverse
+
+    states = queue_states(product_ids=[product_id])
+    if not states:
+        return None
+    state = states[0]
+    return {
+        "waiting": state.waiting,
+        "admitted": state.admitted,
+        "lapsed": state.lapsed,
+        "admitted_per_second": state.admit_per_second,
+        "paused": state.paused,
+        "pause_url": reverse("admin:waitingroom_productqueue_change", args=[state.product_id]),
+    }
+
+
 def queue_states(*, product_ids: list[int] | None = None) -> list[QueueState]:
     """Each queue's counts (admin, metrics): a scan of its passes, for ops, never on a buyer's path."""
     with connection.cursor() as cursor:

@@ -118,7 +118,10 @@ def test_the_board_follows_a_sale(launch_browser, live_server, make_product, mak
     assert (
         card.find_element(By.CSS_SELECTOR, 'polyline[data-series="orders created / s"]').get_attribute("points") != flat
     )
-    assert "Waiting room: not installed" in card.find_element(By.CSS_SELECTOR, '[data-section="waiting-room"]').text
+    assert (
+        "Waiting room: none for this product"
+        in card.find_element(By.CSS_SELECTOR, '[data-section="waiting-room"]').text
+    )
     # The overview: the refusals by code, counted and drawn; p50/p99 from the latency histogram.
     refused = browser.find_element(By.CSS_SELECTOR, '#outcome-totals tr[data-outcome="stock_conflict"]')
     cells = [td.text for td in refused.find_elements(By.TAG_NAME, "td")]

@@ -99,3 +99,21 @@ def test_metrics_count_waiting_admitted_and_admissions(make_product, make_custom
     assert samples[("skincare_queue_admit_per_second", str(product.pk))] == 10
     exposed = metrics.render()[0].decode()
     assert f'skincare_queue_waiting{{product_id="{product.pk}"}} 2.0' in exposed
+
+
+def test_the_sale_board_shows_a_queued_products_waiting_room_and_none_for_the_others(make_product, customer):
+    queued, plain = make_product(stock=5), make_product(stock=5)
+    queue_product(queued, pace=3, starts_in=-1)
+    services.queue_join(customer=customer, product_id=queued.pk)
+    viewer = client_for(make_staff("board-viewer", "ops_viewers"))
+
+    data = viewer.get(reverse("admin:orders_sale_board_data"), {"product": [queued.pk, plain.pk]}).json()
+    boards = {p["id"]: p for p in data["products"]}
+
+    assert boards[plain.pk]["queue"] is None
+    shown = boards[queued.pk]["queue"]
+    assert (shown["waiting"], shown["admitted"], shown["admitted_per_second"], shown["paused"]) == (1, 0, 3, False)
+    assert shown["pause_url"] == reverse("admin:waitingroom_productqueue_change", args=[queued.pk])
+    services.queue_pause(product_id=queued.pk, paused=True)
+    data = viewer.get(reverse("admin:orders_sale_board_data"), {"product": [queued.pk]}).json()
+    assert {p["id"]: p for p in data["products"]}[queued.pk]["queue"]["paused"] is True
