@@ -101,8 +101,8 @@ MUTATIONS = [
         "a checkout refused after it wrote commits what it wrote (the runner no longer asks whether it wrote)",
         "skincare/db.py",
         "atomic_refusals_commit",
-        "if not _wrote_nothing():",
-        "if False:",
+        "if not outermost or not _wrote_nothing():",
+        "if not outermost:",
         ("skincare/tests/test_prepared_statements.py::test_a_refusal_after_a_write_still_rolls_back_everything",),
     ),
     Mutation(

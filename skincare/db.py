@@ -233,8 +233,8 @@ def _wrote_nothing() -> bool:
     """True when this transaction has certainly written nothing and may end with COMMIT instead of ROLLBACK: it is
     healthy (no statement failed, Django has not marked it for rollback), it runs at the default isolation (a
     SERIALIZABLE one's reads still count against concurrent writers until it ends, so it keeps ROLLBACK), and
-    PostgreSQL has not given it a transaction id (:data:`WROTE_NOTHING_SQL`; inside an outer transaction that id is
-    the outer one's, so an outer write also answers False). A transaction that sent nothing needs no question."""
+    PostgreSQL has not given it a transaction id (:data:`WROTE_NOTHING_SQL`). A transaction that sent nothing needs
+    no question. Only asked about an outermost transaction (:func:`atomic_refusals_commit`)."""
     from psycopg.pq import TransactionStatus
 
     raw = connection.connection
@@ -257,18 +257,21 @@ def atomic_refusals_commit(func: Callable[P, R]) -> Callable[P, R]:
     forgets every prepared statement of a connection at each ROLLBACK (``DEALLOCATE ALL``, one more round trip,
     and the statements run unprepared again until ``DB_PREPARE_THRESHOLD``), so a storm of refusals decided by a
     read (sold out, outside the sale window, no admission, over a limit) would keep the checkout's statements
-    unprepared. A refusal after a write, and every other exception, rolls back as ``transaction.atomic`` does.
+    unprepared. A refusal after a write, and every other exception, rolls back as ``transaction.atomic`` does; so
+    does any refusal inside an outer transaction (a savepoint's: what matters is how the outermost one ends, and the
+    transaction id would be the outer one's).
     Costs one short statement per refusal that reached the database (the question), against ROLLBACK's
     ``DEALLOCATE ALL``. Use it under :func:`retry_transient` in place of ``@transaction.atomic`` (the checkout:
     ``payments/checkout.py``); docs/benchmarks.md#prepared-statements-db_prepared_statements has the numbers."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        outermost = not connection.in_atomic_block
         with transaction.atomic():
             try:
                 return func(*args, **kwargs)
             except DomainError as exc:
-                if not _wrote_nothing():
+                if not outermost or not _wrote_nothing():
                     raise
                 refusal = exc
         raise refusal  # after the COMMIT

@@ -109,9 +109,9 @@ def test_the_checkout_and_sweeper_statements_are_prepared_in_this_mode(make_prod
     assert any("SKIP LOCKED" in s and "payment_expires_at <= now()" in s for s in statements), statements
 
     # psycopg forgets (DEALLOCATE ALL) every prepared statement of a connection at each ROLLBACK, a rolled-back
-    # savepoint included: a checkout refused inside a transaction that has written (here the test's own, so the
-    # checkout's refusal rolls back its savepoint) starts the count again (docs/benchmarks.md#issue-26). A
-    # refusal before any write commits instead and keeps them (the tests below).
+    # savepoint included: a checkout refused inside an outer transaction (here the test's own) rolls back its
+    # savepoint and starts the count again (docs/benchmarks.md#issue-26). An outermost checkout refused before any
+    # write commits instead and keeps them (the tests below).
     with pytest.raises(StockConflict):
         checkout(customer=make_customer(), items=[(product.pk, 100)])
     assert _prepared() == []
