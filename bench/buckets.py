@@ -21,8 +21,9 @@ misses and shows itself; its statements and parameters, in order):
 
 * K = 1: the quote read, ORDER_SQL, the guarded UPDATE of bucket 0 (bench.strategies' ``guarded_update`` script);
 * K > 1: the quote read, ORDER_SQL, SAVEPOINT, the first recorded claim
-  (a free bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT, the next recorded claim (a
-  waiting pass), for each recorded one; still none: the service's full pass (lock every bucket, move units, Python
+  (a free bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT (unless the service keeps one
+  savepoint for every attempt), the next recorded claim (a waiting claim), for each recorded one; still none: the
+  service's full pass (lock every bucket, move units, Python
   decides) is NOT scripted: the script rolls back and counts a *fallback needed* (``bench_bucket_fallback``). With
   stock that never runs out a waiting pass cannot come back empty, so the count must be 0; it is reported.
   Checkouts that needed a waiting pass are counted by ``SELECT nextval('bench_bucket_waited')`` after their COMMIT
@@ -39,6 +40,10 @@ consistent; ``manage.py audit_inventory`` runs at the end and must be clean (exi
     python -m bench.buckets                                  # fresh skincare_bench, everything (about 8 minutes)
     python -m bench.buckets --duration 3 --clients 16,64 --buckets 1,8 --no-http --no-docs
     python -m bench.buckets --render bench-results/buckets.json   # the tables of a saved run, written again
+    python -m bench.buckets --reuse-db --buckets 1,16 --no-seed --no-http --no-docs --cpu-rounds 0 \
+        --claim service,random,order-wait --rounds 3             # claim variants A/B (VARIANTS), medians
+    python -m bench.buckets ... --sample                         # + who holds the buckets, every 10 ms
+    python -m bench.buckets --merge a.json,b.json --out ab.json --no-docs   # saved runs' rounds as one
     python -m bench.run                                      # make bench: runs this after the strategy matrix
                                                              # (--no-buckets skips it)
 
