@@ -379,6 +379,15 @@ MUTATIONS = [
         ("inventory/tests/test_buckets.py::test_a_checkout_never_waits_while_a_free_bucket_has_the_units",),
     ),
     Mutation(
+        "bucket-waiters-unspread",
+        "a bucketed product's claims take the lowest bucket with the units, not the order's (every waiter queues on one)",
+        "inventory/reserve.py",
+        "_CLAIM_PICK",
+        "ORDER BY mod(bucket + %(bucket_count)s - mod(%(order_id)s, %(bucket_count)s), %(bucket_count)s)",
+        "ORDER BY bucket",
+        ("inventory/tests/test_buckets.py::test_concurrent_buyers_queue_one_to_a_bucket",),
+    ),
+    Mutation(
         "bucket-refused-without-fallback",
         "a bucketed product is refused when no single bucket can cover the request (no full pass)",
         "inventory/reserve.py",
