@@ -309,8 +309,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"`{report['command']}`, {report['started']} to {report['finished']} UTC ({report['wall_seconds']} s after "
         f"seeding); load average before {report['load_before']}, after {report['load_after']}. HTTP and the seed's "
         f"pgbench: {a['connections']} connections / clients, {a['duration']} s per cell, {a['rounds']} rounds "
-        f"alternating the order; gunicorn: {report['servers'].get('service', '-')} (the floor: the same, app "
-        f"`{floor.WSGI_APP}`). bench.buckets' cells: {a['bucket_rounds']} rounds. Medians over the rounds; the ratio "
+        f"alternating the order; gunicorn: {report['servers'].get('service', '-')} (the floor: the same, serving "
+        f"`bench/floor.py`). bench.buckets' cells: {a['bucket_rounds']} rounds. Medians over the rounds; the ratio "
         "is of the medians, [each round's] beside it.",
         "",
         "| measured | median | baseline of the same run | median | ratio [rounds] | goal | met / by how much |",

@@ -4,6 +4,8 @@ it is nowhere in the application; the goal table says met or by how much, and la
 
 import json
 import re
+import urllib.error
+import urllib.request
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from devtools.testing import assert_invariants
 from inventory.models import Inventory, StockMovement
 from orders.models import Order, OrderLine, Reservation
 from payments.models import PaymentAttempt
+from skincare.tests.test_metrics import _url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,6 +87,34 @@ def test_the_floor_refuses_a_sold_out_product_and_writes_nothing(make_product, c
 @pytest.mark.django_db
 def test_the_floor_answers_400_to_a_body_without_a_product():
     assert _post({"items": []}).status_code == 400
+
+
+def _status(url: str, body: bytes | None = None) -> int:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_floors_gunicorn_serves_the_seeds_checkout_and_nothing_of_the_application(make_product, customer):
+    product = make_product(stock=10)
+    body = json.dumps({"items": [{"product_id": product.pk, "qty": 1}]}).encode()
+    _service, server = goals._servers(_url(), customer.pk, workers=1)  # as bench.goals starts it
+
+    with server:
+        statuses = [_status(f"{server.base}/v1/checkout", body) for _ in range(7)]  # prepared from the 6th
+        other = _status(f"{server.base}/v1/products/{product.pk}")
+
+    assert statuses == [201] * 7
+    assert other == 404
+    assert Order.objects.filter(customer=customer).count() == 7
+    stock = Inventory.objects.get(product=product)
+    assert (stock.available_stock, stock.reserved_stock) == (3, 7)
+    assert server.errors_in_log() == []
+    assert_invariants()
 
 
 def test_the_floor_is_not_in_the_application_nor_in_the_image():
