@@ -49,7 +49,9 @@ HEADING = "### The goals of issue 26, in one run"
 BEFORE_HEADING = "### Not done in this round (issue 26)"
 INTRO = (
     "`make bench` ends with `python -m bench.goals`, which measures every goal of item 6 in one run on one database, "
-    "each beside the baseline of the same run (bench/goals.py's docstring says how); it rewrites the block below."
+    "each\nbeside the baseline of the same run, with the framework's floor (`bench/floor.py`: the same gunicorn "
+    "serving a\nminimal Django view that runs the seed's transaction with one cursor) beside the checkout; "
+    "`bench/goals.py`'s\ndocstring says how each figure is taken. It rewrites the block below."
 )
 
 # The cells of part 1: what runs, on which server or in pgbench.
