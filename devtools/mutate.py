@@ -106,6 +106,15 @@ MUTATIONS = [
         ("skincare/tests/test_prepared_statements.py::test_a_refusal_after_a_write_still_rolls_back_everything",),
     ),
     Mutation(
+        "generic-plans-off",
+        "the checkout no longer asks for generic plans (PostgreSQL plans the quote read and ORDER_SQL on every call)",
+        "payments/checkout.py",
+        "_open_order",
+        "generic_plans()",
+        "pass",
+        ("skincare/tests/test_generic_plans.py::test_the_checkout_statements_are_planned_once",),
+    ),
+    Mutation(
         "no-retry-cancel",
         "retry_transient removed from cancel",
         "orders/services.py",

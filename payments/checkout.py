@@ -80,7 +80,14 @@ from orders.selectors import OrderLineView, OrderView
 from payments.exceptions import IdempotencyKeyInProgress, IdempotencyKeyReused, RateLimited
 from payments.models import IdempotencyKey, PaymentAttempt
 from skincare import services as skincare_services
-from skincare.db import SERIALIZABLE, IsolationRequired, atomic_refusals_commit, current_isolation, retry_transient
+from skincare.db import (
+    SERIALIZABLE,
+    IsolationRequired,
+    atomic_refusals_commit,
+    current_isolation,
+    generic_plans,
+    retry_transient,
+)
 from skincare.errors import DomainError, InvalidInput
 from skincare.locks import advisory_key, require_transaction
 from skincare.validation import parse_rate
@@ -240,6 +247,7 @@ def _open_order(*, customer: User, quantities: dict[int, int]) -> tuple[OrderVie
     if remembered:
         raise StockConflict(product_ids=remembered)
 
+    generic_plans()  # the checkout's statements, from the quote read on, are planned once per connection
     with connection.cursor() as cursor:
         cursor.execute(
             QUOTES_SQL,

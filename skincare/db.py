@@ -82,6 +82,26 @@ class _TimeoutsOnFirstStatement:
         return execute(sql, params, many, context)
 
 
+# A checkout's statements are the same text with other values every time, and their best plan does not depend on
+# the values (primary-key lookups, inserts, one product's stock rows). PostgreSQL's default (plan_cache_mode =
+# auto) still plans the quote read and ORDER_SQL afresh on every call even once prepared: a custom plan can fold away
+# the branches the values switch off ("max_pending > 0", an empty limited_ids), so it always looks cheaper than the
+# generic one (pg_prepared_statements shows 0 generic plans after any number of checkouts). Transaction-local
+# (``is_local = true``): the setting ends with the checkout's transaction, so a statement whose plan does depend on
+# its values (the sale board's ``m.id > cutoff``) keeps its custom plan on the same connection.
+GENERIC_PLANS_SQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+
+
+def generic_plans() -> None:
+    """For the rest of the current transaction, a prepared statement runs its generic plan (planned once per
+    connection) instead of being planned again (docs/benchmarks.md#generic-plans). Only with server-side prepared
+    statements (``DB_PREPARED_STATEMENTS``): with values bound on the client there is nothing to reuse, and the
+    statement would be a round trip for nothing."""
+    if settings.DB_PREPARED_STATEMENTS:
+        with connection.cursor() as cursor:
+            cursor.execute(GENERIC_PLANS_SQL)
+
+
 class RetryTransaction(Exception):
     """Raised inside a transaction by a service that lost an optimistic race: the runner rolls the transaction
     back and runs it again from the start (bounded, jittered). When ``max_attempts`` attempts have failed, the
