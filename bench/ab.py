@@ -23,6 +23,8 @@ first revision (the baseline of the same sitting). Raw results: ``bench-results/
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -30,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +61,9 @@ class Revision:
         else:
             self.sha = git("rev-parse", "--short=7", f"{spec}^{{commit}}")
             self.path = worktrees / f"old-{self.sha}"
+        self.label = self.sha if spec in (self.sha, str(self.path)) else f"{self.sha} ({spec})"
         self.created = False
         self.subject = ""
-
-    @property
-    def label(self) -> str:
-        return self.sha if self.spec in (self.sha, str(self.path)) else f"{self.sha} ({self.spec})"
 
     def prepare(self, data_dir: Path | None) -> None:
         if not self.path.exists():
@@ -123,7 +122,8 @@ def run_once(rev: Revision, args: argparse.Namespace, url: str) -> dict[str, Any
     waited = time.monotonic()
     # The load average is read once the lock is held, by a shell that then runs the benchmark.
     show_load = 'echo "LOADAVG $(cut -d" " -f1-3 /proc/loadavg)"; exec "$@"'
-    wrapped = [*(["flock", args.lock] if args.lock else []), "sh", "-c", show_load, "sh", *bench]
+    lock = ["flock", args.lock] if args.lock and args.lock_per == "run" else []
+    wrapped = [*lock, "sh", "-c", show_load, "sh", *bench]
     proc = subprocess.run(wrapped, cwd=rev.path, env=env, capture_output=True, text=True, check=False)
     load = next((line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("LOADAVG ")), loadavg())
     with (RESULTS / f"ab-{rev.sha}.log").open("a") as f:
@@ -147,6 +147,23 @@ def run_once(rev: Revision, args: argparse.Namespace, url: str) -> dict[str, Any
     return row
 
 
+def other_cpu(row: dict[str, Any], scenarios: Sequence[str]) -> float:
+    """The most CPU that processes outside the benchmark used during one of the run's scenarios (% of one core)."""
+    return max(row[s]["other_cpu_pct"] or 0.0 for s in scenarios)
+
+
+def clean_run(rev: Revision, args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """``run_once``, repeated (at most ``--retries`` times) while other processes used more than ``--max-other``
+    % of a core during it: on a shared machine such a run measures the neighbours. The last one is kept."""
+    for attempt in range(args.retries + 1):
+        row = run_once(rev, args, url)
+        row["attempt"] = attempt + 1
+        if other_cpu(row, args.scenarios) <= args.max_other:
+            break
+        log(f"{rev.label}: other processes used {other_cpu(row, args.scenarios):.0f} % of a core; again")
+    return row
+
+
 def median(values: Sequence[float | None]) -> float | None:
     clean = [v for v in values if v is not None]
     return statistics.median(clean) if clean else None
@@ -161,7 +178,7 @@ def table(revisions: Sequence[Revision], runs: Sequence[dict[str, Any]], scenari
             s: {k: median([r[s][k] for r in mine]) for k in ("ok_per_s", "pg_ms", "gunicorn_ms")} for s in scenarios
         }
     base = med[revisions[0].sha]
-    head = ["revision", "runs"]
+    head = ["revision", "runs", "others' CPU %"]
     for s in scenarios:
         head += [f"{s}/s", f"PG ms/checkout {s}", f"gunicorn ms/checkout {s}"]
     head += [f"{s}/s vs base" for s in scenarios] + [f"PG ms {s} vs base" for s in scenarios]
@@ -169,7 +186,8 @@ def table(revisions: Sequence[Revision], runs: Sequence[dict[str, Any]], scenari
     for rev in revisions:
         mine = [r for r in runs if r["revision"] == rev.sha]
         m = med[rev.sha]
-        cells = [f"{rev.label} {rev.subject[:40]}", str(len(mine))]
+        others = ", ".join(f"{other_cpu(r, scenarios):.0f}" for r in mine)
+        cells = [f"{rev.label} {rev.subject[:40]}", str(len(mine)), others]
         for s in scenarios:
             per_run = ", ".join(f"{r[s]['ok_per_s']:.0f}" for r in mine)
             cells += [f"**{m[s]['ok_per_s']:.0f}** ({per_run})", f"{m[s]['pg_ms']:.2f}", f"{m[s]['gunicorn_ms']:.2f}"]
@@ -185,7 +203,7 @@ def table(revisions: Sequence[Revision], runs: Sequence[dict[str, Any]], scenari
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("revisions", nargs="+", help="revisions or worktree directories; the first is the baseline")
+    p.add_argument("revisions", nargs="*", help="revisions or worktree directories; the first is the baseline")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3: A B A B A B)")
     p.add_argument("--duration", type=int, default=8, help="seconds per scenario (default 8)")
     p.add_argument("--connections", type=int, default=16)
@@ -193,12 +211,59 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--lock", default="/work/bench.lock", help="flock file taken per run ('' for none)")
     p.add_argument("--worktrees", type=Path, default=ROOT.parent, help="where old-<sha> worktrees are created")
     p.add_argument("--keep", action="store_true", help="keep the worktrees this run created")
+    p.add_argument(
+        "--lock-per",
+        choices=("run", "round"),
+        default="run",
+        help="hold the lock for one run (default) or for one round of every revision (fewer waits, closer pairs)",
+    )
+    p.add_argument(
+        "--max-other", type=float, default=25.0, help="a run is repeated while others used more (%% of a core)"
+    )
+    p.add_argument("--retries", type=int, default=2, help="repeats of a run that others disturbed (default 2)")
     p.add_argument("--json", type=Path, default=RESULTS / "ab.json")
-    return p.parse_args(argv)
+    p.add_argument("--report", type=Path, nargs="+", help="print the table of earlier runs (their --json files)")
+    args = p.parse_args(argv)
+    if not args.revisions and not args.report:
+        p.error("name the revisions (or worktrees) to compare, the baseline first")
+    return args
+
+
+@contextlib.contextmanager
+def round_lock(args: argparse.Namespace) -> Iterator[None]:
+    """With ``--lock-per round``: the lock held for a whole round (each run takes none of its own)."""
+    if not args.lock or args.lock_per != "round":
+        yield
+        return
+    with open(args.lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def report(paths: Sequence[Path], scenarios: Sequence[str], max_other: float) -> str:
+    """The table of the runs saved in ``paths`` (merged; the first file's revisions first, the baseline first),
+    without the runs that other processes disturbed (more than ``max_other`` % of a core)."""
+    revisions: dict[str, Any] = {}
+    runs: list[dict[str, Any]] = []
+    for path in paths:
+        saved = json.loads(path.read_text())
+        for r in saved["revisions"]:
+            rev = revisions.setdefault(r["sha"], Revision.__new__(Revision))
+            rev.sha, rev.label, rev.subject = r["sha"], r["label"], r["subject"]
+        runs += saved["runs"]
+    clean = [r for r in runs if other_cpu(r, scenarios) <= max_other]
+    note = f"\n\n({len(runs) - len(clean)} of {len(runs)} runs left out: others used more than {max_other:.0f} % of a core)"
+    return table(list(revisions.values()), clean, scenarios) + note
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report:
+        print(report(args.report, args.scenarios, args.max_other))
+        return 0
     RESULTS.mkdir(exist_ok=True)
     url = server_url()
     data_dir = (ROOT / ".data").resolve() if not os.environ.get("DATABASE_URL") else None
@@ -208,8 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rev in revisions:
             rev.prepare(data_dir)
         for rnd in range(args.rounds):
-            for rev in revisions:
-                row = run_once(rev, args, url)
+            with round_lock(args):
+                rows = [clean_run(rev, args, url) for rev in revisions]
+            for rev, row in zip(revisions, rows, strict=True):
                 row["round"] = rnd + 1
                 runs.append(row)
                 log(
@@ -220,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                     + f" (load {row['load_before']}, {row['wall_s']} s with the lock wait)"
                 )
-                args.json.write_text(json.dumps({"argv": sys.argv[1:], "runs": runs}, indent=2))
+            saved = [{"sha": r.sha, "label": r.label, "subject": r.subject} for r in revisions]
+            args.json.write_text(json.dumps({"argv": sys.argv[1:], "revisions": saved, "runs": runs}, indent=2))
     finally:
         if not args.keep:
             for rev in revisions:

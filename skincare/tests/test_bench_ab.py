@@ -51,7 +51,12 @@ def test_every_revision_runs_the_same_command_under_the_lock(tmp_path: Path, mon
 
     monkeypatch.setattr(ab.subprocess, "run", fake_run)
     args = argparse.Namespace(
-        scenarios=["hot", "spread"], connections=16, duration=8, lock="/work/bench.lock", worktrees=tmp_path
+        scenarios=["hot", "spread"],
+        connections=16,
+        duration=8,
+        lock="/work/bench.lock",
+        lock_per="run",
+        worktrees=tmp_path,
     )
     for sha in ("aaaaaaa", "bbbbbbb"):
         rev = ab.Revision.__new__(ab.Revision)
