@@ -85,7 +85,9 @@ def test_the_cart_read_reads_only_its_products_stock_rows(product, make_customer
 def test_control_a_join_with_the_inventories_view_reads_every_products_rows(product) -> None:
     # The quote read as the stock-bucket merge left it: joined with the view that sums every product's rows.
     before_the_fix = QUOTES_SQL.replace(
-        QUOTES_SQL[QUOTES_SQL.index("LEFT JOIN LATERAL") : QUOTES_SQL.index(") stock ON true") + len(") stock ON true")],
+        QUOTES_SQL[
+            QUOTES_SQL.index("LEFT JOIN LATERAL") : QUOTES_SQL.index(") stock ON true") + len(") stock ON true")
+        ],
         "LEFT JOIN (SELECT product_id, available_stock, version AS version_sum, bucket_rows AS stock_rows "
         "FROM inventories) stock ON stock.product_id = p.id",
     )
