@@ -3,6 +3,7 @@
     python -m bench.ab d6b5534 main                      # A B A B A B: three rounds, hot and spread, a table out
     python -m bench.ab d6b5534 5fd6f7f 456adc7 main --rounds 2   # several revisions, round-robin (A B C D A B C D)
     python -m bench.ab /work/wt/old-d6b5534 . --rounds 3         # worktrees instead of revisions
+    python -m bench.ab --report bench-results/ab.json --max-other 1000   # a saved run's table, every run kept
 
 Each revision runs **its own** harness, server, schema and seeding, with identical flags:
 ``python -m bench.run --only hot,spread --connections 16 --duration 8 --quiet-wait 0 --no-docs --dbname <its own>``
@@ -14,8 +15,11 @@ are the same; the worktree's ``.data`` is linked to this checkout's so that benc
 reads PostgreSQL's CPU (every PostgreSQL process, exited backends included) from /proc.
 
 Every run takes the shared benchmark lock (``flock /work/bench.lock``, ``--lock``) for itself only (about a minute:
-the seeding, a 3 s warm-up, then 8 s hot and 8 s spread), so other benchmarks wait at most one run. Before each run
-the load average is recorded. Reported per revision: the medians of checkouts/s (201s), PostgreSQL CPU and gunicorn
+the seeding, a 3 s warm-up, then 8 s hot and 8 s spread), so other benchmarks wait at most one run; ``--lock-per
+round`` holds it for one round of every revision instead (fewer waits, pairs closer in time). Once the lock is held
+the load average is recorded; a run during which other processes used more than ``--max-other`` % of a core (25)
+is repeated, at most ``--retries`` times (2), and the last one kept: on a shared machine such a run measures the
+neighbours. ``--report FILE...`` prints the table of saved runs, leaving out those above ``--max-other``. Reported per revision: the medians of checkouts/s (201s), PostgreSQL CPU and gunicorn
 workers' CPU per checkout (ms; % of one core x 10 / checkouts per second), and the ratios of the medians against the
 first revision (the baseline of the same sitting). Raw results: ``bench-results/ab.json``.
 """
