@@ -190,6 +190,9 @@ def table(revisions: Sequence[Revision], runs: Sequence[dict[str, Any]], scenari
     for rev in revisions:
         mine = [r for r in runs if r["revision"] == rev.sha]
         m = med[rev.sha]
+        if not mine:  # every run of it left out (--report --max-other)
+            lines.append("| " + " | ".join([f"{rev.label} {rev.subject[:40]}", "0"] + ["-"] * (len(head) - 2)) + " |")
+            continue
         others = ", ".join(f"{other_cpu(r, scenarios):.0f}" for r in mine)
         cells = [f"{rev.label} {rev.subject[:40]}", str(len(mine)), others]
         for s in scenarios:
