@@ -107,6 +107,17 @@ def server_url() -> str:
     return out.stdout.strip()
 
 
+def drop_database(url: str, dbname: str) -> None:
+    """Drop a run's database once it is read: the one server is shared by every revision, and the autovacuum of a
+    finished run's tables would otherwise be charged to the next run's PostgreSQL CPU."""
+    import psycopg
+
+    from devtools.processes import admin_conninfo
+
+    with psycopg.connect(admin_conninfo(url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -135,6 +146,7 @@ def run_once(rev: Revision, args: argparse.Namespace, url: str) -> dict[str, Any
     if not out_json.exists():
         raise SystemExit(f"bench.run failed at {rev.label} ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
     report = json.loads(out_json.read_text())
+    drop_database(url, dbname)
     row: dict[str, Any] = {"revision": rev.sha, "load_before": load, "wall_s": round(time.monotonic() - waited)}
     for name in args.scenarios:
         r = report["results"][name]
