@@ -145,8 +145,11 @@ loadtest: demo
 loadtest-queue: demo
 	$(PY) -m bench.loadtest --only queue
 
+# The throughput benchmark (bench.run, its strategy matrix, stock buckets, WAL and HOT), then every goal of issue 26
+# beside the baseline of the same run, the framework's floor included (bench.goals, about 8 minutes).
 bench: demo
 	$(PY) -m bench.run
+	$(PY) -m bench.goals
 
 # Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
 mutate: db

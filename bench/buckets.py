@@ -21,8 +21,9 @@ misses and shows itself; its statements and parameters, in order):
 
 * K = 1: the quote read, ORDER_SQL, the guarded UPDATE of bucket 0 (bench.strategies' ``guarded_update`` script);
 * K > 1: the quote read, ORDER_SQL, SAVEPOINT, the first recorded claim
-  (a free bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT, the next recorded claim (a
-  waiting pass), for each recorded one; still none: the service's full pass (lock every bucket, move units, Python
+  (a free bucket, ``SKIP LOCKED``); no row back: ROLLBACK TO SAVEPOINT, SAVEPOINT (unless the service keeps one
+  savepoint for every attempt), the next recorded claim (a waiting claim), for each recorded one; still none: the
+  service's full pass (lock every bucket, move units, Python
   decides) is NOT scripted: the script rolls back and counts a *fallback needed* (``bench_bucket_fallback``). With
   stock that never runs out a waiting pass cannot come back empty, so the count must be 0; it is reported.
   Checkouts that needed a waiting pass are counted by ``SELECT nextval('bench_bucket_waited')`` after their COMMIT
@@ -39,6 +40,10 @@ consistent; ``manage.py audit_inventory`` runs at the end and must be clean (exi
     python -m bench.buckets                                  # fresh skincare_bench, everything (about 8 minutes)
     python -m bench.buckets --duration 3 --clients 16,64 --buckets 1,8 --no-http --no-docs
     python -m bench.buckets --render bench-results/buckets.json   # the tables of a saved run, written again
+    python -m bench.buckets --reuse-db --buckets 1,16 --no-seed --no-http --no-docs --cpu-rounds 0 \
+        --claim service,random,order-wait --rounds 3             # claim variants A/B (VARIANTS), medians
+    python -m bench.buckets ... --sample                         # + who holds the buckets, every 10 ms
+    python -m bench.buckets --merge a.json,b.json --out ab.json --no-docs   # saved runs' rounds as one
     python -m bench.run                                      # make bench: runs this after the strategy matrix
                                                              # (--no-buckets skips it)
 
@@ -74,10 +79,8 @@ KS = [1, 4, 8, 16]
 CLIENTS = [16, 64, 256]
 STOCK_FLOOR = 2_000_000  # the hot product is topped up to STOCK_BIG below this many available units
 SEQUENCES = ("bench_bucket_waited", "bench_bucket_fallback")
-# Goals of issue 17 (item 5).
-GOAL_VS_ONE_ROW = 3.0  # bucketed hot at 64 and 256 clients / one row (K = 1) at the same count
-GOAL_VS_SPREAD = 0.7  # bucketed hot at 64 and 256 clients / spread at the same count
-GOAL_64_VS_ONE_ROW_16 = 2.0  # bucketed hot at 64 clients / one row at 16 clients
+# Goals of issue 26 (item 6): bucketed hot / the reference at the same client count.
+GOALS = ((64, "one row (K=1)", "hot-1", 3.0), (64, "spread", "spread", 0.7), (256, "spread", "spread", 0.5))
 
 
 Claim = tuple[str, dict[str, Any]]
@@ -87,16 +90,25 @@ CLAIM_VARIABLES = {"product_id": ":p1", "qty": "1", "order_id": ":o_id"}
 
 
 @functools.cache
-def service_claims(url: str) -> tuple[Claim, ...]:
-    """The service's claim attempts, in order (the first without waiting, then the waiting passes), recorded from
-    ``stock_reserve`` itself in a child process on the database at ``url`` (bench.service_trace)."""
+def _service_trace(url: str) -> dict[str, Any]:
     proc = subprocess.run(
         [PY, "-m", "bench.service_trace"], cwd=ROOT, env=django_env(url), capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         print(proc.stdout + proc.stderr, flush=True)
         raise SystemExit("bench.service_trace could not record the service's claims")
-    return tuple((sql, params) for sql, params in json.loads(proc.stdout.strip().splitlines()[-1]))
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def service_claims(url: str) -> tuple[Claim, ...]:
+    """The service's claim attempts, in order (the first without waiting, then the waiting passes), recorded from
+    ``stock_reserve`` itself in a child process on the database at ``url`` (bench.service_trace)."""
+    return tuple((sql, params) for sql, params in _service_trace(url)["claims"])
+
+
+def service_one_savepoint(url: str) -> bool:
+    """Whether the service's claim attempts share one savepoint (bench.service_trace)."""
+    return bool(_service_trace(url)["one_savepoint"])
 
 
 def claim_script(claim: Claim, buckets: int) -> str:
@@ -116,19 +128,21 @@ def claim_script(claim: Claim, buckets: int) -> str:
     return f"{strategies.pgbench_sql(sql, **values)} \\aset"
 
 
-def _claims_after_a_miss(claims: Sequence[Claim], buckets: int, attempt: int = 2) -> list[str]:
+def _claims_after_a_miss(claims: Sequence[Claim], buckets: int, attempt: int = 2, *, one_savepoint: bool) -> list[str]:
     """The claims after the first, each run only when everything before it found no bucket: the miss before it
-    rolled back to its savepoint, a new savepoint, the claim (as the service sent them)."""
+    rolled back to its savepoint, a new savepoint (unless ``one_savepoint``: the first one, which a ROLLBACK TO
+    keeps), the claim (as the service sent them)."""
     if not claims:
         return []
-    return ["\\if :bucket < 0", "\\set waited 1", f"ROLLBACK TO SAVEPOINT claim{attempt - 1};",
-            f"SAVEPOINT claim{attempt};", claim_script(claims[0], buckets),
-            *_claims_after_a_miss(claims[1:], buckets, attempt + 1), "\\endif"]  # fmt: skip
+    rollback = "ROLLBACK TO SAVEPOINT claim1;" if one_savepoint else f"ROLLBACK TO SAVEPOINT claim{attempt - 1};"
+    savepoint = [] if one_savepoint else [f"SAVEPOINT claim{attempt};"]
+    return ["\\if :bucket < 0", "\\set waited 1", rollback, *savepoint, claim_script(claims[0], buckets),
+            *_claims_after_a_miss(claims[1:], buckets, attempt + 1, one_savepoint=one_savepoint), "\\endif"]  # fmt: skip
 
 
-def hot_script(buckets: int, customer_id: int, claims: Sequence[Claim]) -> str:
+def hot_script(buckets: int, customer_id: int, claims: Sequence[Claim], *, one_savepoint: bool = False) -> str:
     """One checkout of the hot product with ``buckets`` stock buckets, as the service sends it (``claims``: the
-    service's recorded claim attempts)."""
+    service's recorded claim attempts, or a variant's; ``one_savepoint``: the attempts share one savepoint)."""
     if buckets == 1:
         return strategies.pgbench_script("guarded_update", "hot", customer_id)
     lockkey = f"\\set lockkey {strategies.service_sql()['CUSTOMER_KEY_BASE']} + random(1, 1000000000)"
@@ -144,7 +158,7 @@ def hot_script(buckets: int, customer_id: int, claims: Sequence[Claim]) -> str:
         strategies.order_insert(["p1"]),
         "SAVEPOINT claim1;",  # each claim attempt runs after a savepoint, rolled back on a miss
         claim_script(claims[0], buckets),
-        *_claims_after_a_miss(claims[1:], buckets),
+        *_claims_after_a_miss(claims[1:], buckets, one_savepoint=one_savepoint),
         "\\if :bucket >= 0",
         "COMMIT;",
         "\\else",
@@ -161,6 +175,56 @@ def hot_script(buckets: int, customer_id: int, claims: Sequence[Claim]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- claim variants (issue 26 item 3: a bucket claim that rarely misses) ---------------------------------------
+# ``--claim`` runs the hot product's bucketed cells with other claims beside the service's: each variant is what the
+# service would send with that claim, the service's own reserve statement (``inventory.reserve._reserve_statement``)
+# around another pick, in the service's script shape (the claim attempts after a savepoint rolled back on a miss,
+# then the full pass, counted as a fallback). ``service`` is the claim recorded from ``stock_reserve`` as it is now.
+# ``mod()`` instead of ``%``: the text is also a psycopg statement, where ``%`` starts a parameter.
+VARIANT_PICK = """
+SELECT bucket FROM stock_buckets
+     WHERE product_id = %(product_id)s AND bucket < %(bucket_count)s AND available_stock >= %(qty)s
+     ORDER BY {order} LIMIT 1{lock}
+"""
+VARIANT_ORDERS = {
+    # a bucket at random (the claim of issue 17)
+    "random": "random()",
+    # the connection's own bucket (its backend's pid mod K) first, then the next ones round the ring
+    "pid": "mod(bucket + %(bucket_count)s - mod(pg_backend_pid(), %(bucket_count)s), %(bucket_count)s)",
+    # the order's bucket (its id mod K: concurrent checkouts hold consecutive ids) first, then round the ring
+    "order": "mod(bucket + %(bucket_count)s - mod(%(order_id)s, %(bucket_count)s), %(bucket_count)s)",
+}
+# name -> (order, first attempt skips locked buckets, attempts in all, one savepoint for every attempt)
+VARIANTS = {
+    "random": ("random", True, 3, False),
+    "pid": ("pid", True, 3, False),
+    "order": ("order", True, 3, False),
+    "order-1sp": ("order", True, 3, True),  # one SAVEPOINT, rolled back to before each next attempt
+    "pid-1sp": ("pid", True, 3, True),
+    "order-wait": ("order", False, 3, False),  # no SKIP LOCKED attempt: wait for the order's bucket at once
+    "pid-wait": ("pid", False, 3, False),
+}
+
+
+def variant_claims(name: str, url: str) -> tuple[tuple[Claim, ...], bool]:
+    """The claim attempts of variant ``name`` and whether they share one savepoint; ``service``: the service's own
+    (recorded), with its savepoint shape (``bench.service_trace``)."""
+    if name == "service":
+        return service_claims(url), service_one_savepoint(url)
+    order, skip_first, attempts, one_savepoint = VARIANTS[name]
+    strategies.service_sql()  # Django set up
+    from inventory.reserve import _reserve_statement
+
+    params = dict(service_claims(url)[0][1])  # the service's parameters (names and the ledger reason's text)
+
+    def claim(lock: str) -> Claim:
+        return _reserve_statement(pick=VARIANT_PICK.format(order=VARIANT_ORDERS[order], lock=lock)), params
+
+    skip = "\n       FOR NO KEY UPDATE SKIP LOCKED"
+    first = claim(skip if skip_first else "")
+    return (first, *[claim("")] * (attempts - 1)), one_savepoint
+
+
 # The cells: what runs, on which product, with how many buckets on the hot product.
 SUBJECTS = {
     "spread": "the service's statements over 1,000 products (K = 1 each)",
@@ -169,20 +233,26 @@ SUBJECTS = {
 }
 
 
-def cell_script(subject: str, customer_id: int, claims: Sequence[Claim]) -> str:
-    """``hot-K`` (the service, K buckets), ``spread`` or ``seed``."""
+def cell_script(subject: str, customer_id: int, url: str) -> str:
+    """``hot-K`` (the service, K buckets), ``hot-K@variant`` (K buckets, a claim variant), ``spread`` or ``seed``."""
     if subject == "spread":
         return strategies.pgbench_script("guarded_update", "spread", customer_id)
     if subject == "seed":
         return limits_script("limit-hot-seed-order", customer_id)
     if subject == "seed-spread":
         return limits_script("limit-spread", customer_id)
-    return hot_script(int(subject.split("-")[1]), customer_id, claims)
+    claims, one_savepoint = variant_claims(claim_variant(subject), url)
+    return hot_script(hot_buckets(subject), customer_id, claims, one_savepoint=one_savepoint)
 
 
 def hot_buckets(subject: str) -> int:
     """The K the hot product must have for ``subject`` (the seed's UPDATE has no bucket filter: one row)."""
-    return int(subject.split("-")[1]) if subject.startswith("hot-") else 1
+    return int(subject.split("-")[1].partition("@")[0]) if subject.startswith("hot-") else 1
+
+
+def claim_variant(subject: str) -> str:
+    """The claim of a ``hot-K[@variant]`` subject: the variant, or ``service``."""
+    return subject.partition("@")[2] or "service"
 
 
 # --- PostgreSQL CPU, from /proc --------------------------------------------------------------------------------
@@ -298,6 +368,98 @@ class CpuWindow(threading.Thread):
         return window_cpu(self.cpu0, self.cpu1) if self.t0 is not None and self.t1 is not None else None
 
 
+# --- who holds the buckets (--sample) --------------------------------------------------------------------------
+# Each bucket of the hot product, with the backend that holds it, if any: the version a new snapshot sees has the
+# holder's (sub)transaction id as xmax while the holder is in progress (it locked or updated the row), and every
+# transaction holds the lock on its own id in pg_locks (a savepoint's too). A row locked by two transactions at once
+# (a multixact) shows as free: bucketed checkouts never share a bucket.
+HOLDERS_SQL = """
+SELECT b.bucket, a.state, a.wait_event_type, a.wait_event, left(a.query, 40)
+  FROM stock_buckets b
+  LEFT JOIN pg_locks l ON l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+                      AND l.transactionid = b.xmax
+  LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE b.product_id = %s AND b.bucket < %s
+"""
+# The same count in one scan: each bucket's visible version whose xmax (the holder's transaction or savepoint) is
+# still in progress (``txid_status``; the epoch taken from the current snapshot).
+HELD_SQL = """
+SELECT count(*) FILTER (WHERE xmax <> '0' AND txid_status(
+           (txid_snapshot_xmax(txid_current_snapshot()) >> 32 << 32) + xmax::text::bigint) = 'in progress')
+  FROM stock_buckets WHERE product_id = %s AND bucket < %s
+"""
+WAITERS_SQL = """
+SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'), count(*) FILTER (WHERE state = 'active'),
+       count(*) FILTER (WHERE state = 'idle in transaction')
+  FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+"""
+
+
+def _holder_state(state: str | None, wait_type: str | None, wait: str | None, query: str | None) -> str:
+    statement = (query or "").lstrip().lower()
+    where = f"{wait_type}: {wait}" if wait_type else "on CPU"
+    if state == "idle in transaction":
+        return "idle in transaction (answer sent, COMMIT not yet received)"
+    if statement.startswith("commit"):
+        return f"in COMMIT ({where})"
+    if statement.startswith("with pick"):
+        return f"in the claim ({where})"
+    return f"{state} in {statement[:12]!r} ({where})"
+
+
+class ActivitySampler(threading.Thread):
+    """Every ``interval`` s from ``start_s`` to ``end_s``: which of the hot product's K buckets are held and where
+    each holder is (pg_stat_activity), and how many backends wait for a lock."""
+
+    def __init__(self, url: str, buckets: int, start_s: float, end_s: float, interval: float = 0.01) -> None:
+        super().__init__(daemon=True)
+        self.url, self.buckets, self.start_s, self.end_s, self.interval = url, buckets, start_s, end_s, interval
+        self.done = threading.Event()
+        self.samples: list[tuple[int, int, int, int, dict[str, int]]] = []
+        self.held: list[int] = []
+
+    def run(self) -> None:
+        if self.done.wait(self.start_s):
+            return
+        deadline = time.monotonic() + self.end_s - self.start_s
+        with _connect(self.url) as conn:
+            while time.monotonic() < deadline and not self.done.is_set():
+                self.held.append(conn.execute(HELD_SQL, [HOT, self.buckets]).fetchone()[0])
+                rows = conn.execute(HOLDERS_SQL, [HOT, self.buckets]).fetchall()
+                waiting, active, idle = conn.execute(WAITERS_SQL).fetchone()
+                states: dict[str, int] = {}
+                for _bucket, state, wait_type, wait, query in rows:
+                    if state is not None:
+                        key = _holder_state(state, wait_type, wait, query)
+                        states[key] = states.get(key, 0) + 1
+                self.samples.append((sum(states.values()), waiting, active, idle, states))
+                self.done.wait(self.interval)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join()
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.samples)
+        if not n:
+            return {}
+        states: dict[str, float] = {}
+        for *_, by_state in self.samples:
+            for key, count in by_state.items():
+                states[key] = states.get(key, 0) + count / n
+        return {
+            "samples": n,
+            "held_mean": round(sum(s[0] for s in self.samples) / n, 2),
+            "all_held_share": round(sum(1 for s in self.samples if s[0] >= self.buckets) / n, 3),
+            "held_one_scan_mean": round(sum(self.held) / len(self.held), 2),
+            "all_held_one_scan_share": round(sum(1 for h in self.held if h >= self.buckets) / len(self.held), 3),
+            "lock_waiters_mean": round(sum(s[1] for s in self.samples) / n, 1),
+            "active_mean": round(sum(s[2] for s in self.samples) / n, 1),
+            "idle_in_tx_mean": round(sum(s[3] for s in self.samples) / n, 1),
+            "holders_by_state": {k: round(v, 2) for k, v in sorted(states.items(), key=lambda kv: -kv[1])},
+        }
+
+
 def wait_for_backends_gone(deadline_s: float = 10.0) -> None:
     """Until no client backend is left (the last cell's or our counters' connections exit asynchronously), so that
     a CPU reading includes all of their work; polls with a deadline."""
@@ -348,7 +510,14 @@ def set_hot(url: str, buckets: int) -> str:
 
 
 def run_cell(
-    url: str, subject: str, *, clients: int, duration: int, customer_id: int, mode: str = "prepared"
+    url: str,
+    subject: str,
+    *,
+    clients: int,
+    duration: int,
+    customer_id: int,
+    mode: str = "prepared",
+    sample: bool = False,
 ) -> dict[str, Any]:
     """One pgbench cell with its outcomes and the PostgreSQL CPU per committed checkout."""
     before = strategies.reset_counters(url, SEQUENCES)
@@ -357,16 +526,22 @@ def run_cell(
     # from 2 s after the start (clients connected) to 1 s before the end of the -T duration (none has left yet)
     window = CpuWindow(min(2.0, 0.3 * duration), max(duration - 1.0, 0.6 * duration))
     window.start()
+    sampler = None
+    if sample and hot_buckets(subject) > 1:
+        sampler = ActivitySampler(url, hot_buckets(subject), window.start_s, window.end_s)
+        sampler.start()
     r = run_pgbench(
         url,
-        f"buckets-{subject}-c{clients}-{mode}",
+        f"buckets-{subject.replace('@', '_')}-c{clients}-{mode}",
         duration=duration,
         connections=clients,
         customer_id=customer_id,
-        script_text=cell_script(subject, customer_id, service_claims(url)),
+        script_text=cell_script(subject, customer_id, url),
         query_mode=mode,
     )
     window.stop()
+    if sampler is not None:
+        sampler.stop()
     wait_for_backends_gone()
     cpu1 = pg_cpu_seconds()
     in_cpu = window.seconds()
@@ -410,7 +585,10 @@ def run_cell(
         "machine_cpu_pct": r["machine_cpu_pct"],
         "other_cpu_pct": r["other_cpu_pct"],
         "loadgen_cpu_pct": r["loadgen_cpu_pct"],
+        "activity": sampler.summary() if sampler is not None else None,
     }
+    if out["activity"]:
+        log(f"    activity: {out['activity']}")
     log(
         f"  {subject:>7} c={clients:<3} -M {mode:<8} {out['ok_per_s']:7.1f} checkouts/s, p99 {out['p99_ms']} ms, "
         f"PG CPU {out['pg_cpu_ms_per_checkout']} ms/checkout, waited {out['waited']}, fallback {out['fallback_needed']}, "
@@ -441,7 +619,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--reuse-db", action="store_true", help="use the seeded benchmark database as it is")
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/ (results in bench-results/)")
     parser.add_argument("--render", metavar="JSON", help="only write the tables of a saved run (buckets.json) again")
+    parser.add_argument("--claim", default="service", help="claims of the bucketed cells: service (the service's "
+                        f"own, recorded) and variants of {', '.join(VARIANTS)} (comma-separated)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of the matrix, every other one in reverse "
+                        "order (A B A B): medians per cell")  # fmt: skip
+    parser.add_argument("--first-round", type=int, default=1, help="number of the first round (its parity sets the "
+                        "order: runs of one round each continue an alternation)")  # fmt: skip
+    parser.add_argument("--no-seed", action="store_true", help="no cells of the seed's transaction")
+    parser.add_argument("--sample", action="store_true", help="sample who holds the buckets (pg_stat_activity, "
+                        "every 10 ms) in the bucketed cells")  # fmt: skip
+    parser.add_argument("--out", default="buckets.json", help="the results file under bench-results/")
+    parser.add_argument("--merge", metavar="JSON", help="comma-separated saved runs (bench-results/...): their "
+                        "matrix cells together, medians per cell, written to --out (nothing runs)")  # fmt: skip
     args = parser.parse_args(argv)
+    args.claim = args.claim.split(",")
+    unknown = [v for v in args.claim if v != "service" and v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown --claim {', '.join(unknown)}: service or one of {', '.join(VARIANTS)}")
     args.clients = [int(c) for c in args.clients.split(",")]
     args.buckets = [int(k) for k in args.buckets.split(",")]
     args.cpu_buckets = [int(k) for k in args.cpu_buckets.split(",")]
@@ -451,16 +645,58 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def matrix_subjects(args: argparse.Namespace) -> list[str]:
+    """Hot K = 1 first (one row, before the product was ever bucketed), the seed and spread beside it, then each
+    K > 1 with each claim of --claim."""
+    base = ["hot-1", *([] if args.no_seed else ["seed"]), "spread"]
+    bucketed = [f"hot-{k}" + ("" if v == "service" else f"@{v}") for k in args.buckets if k != 1 for v in args.claim]
+    return base + bucketed
+
+
 def _matrix(url: str, customer_id: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Hot K = 1 first (one row, before the product was ever bucketed), the seed and spread beside it, then K > 1."""
+    """The subjects (:func:`matrix_subjects`) at each client count, in --rounds rounds, every other one in reverse
+    order; the hot product's K is set when it changes."""
     cells = []
-    order = [("hot-1", 1), ("seed", 1), ("spread", 1)] + [(f"hot-{k}", k) for k in args.buckets if k != 1]
-    for subject, k in order:
-        log(f"{subject}: hot product -> {set_hot(url, k)} in {k} bucket(s)")
-        for clients in args.clients:
-            wait_for_quiet(args.quiet_wait)
-            cells.append(run_cell(url, subject, clients=clients, duration=args.duration, customer_id=customer_id))
+    current_k = None
+    subjects = matrix_subjects(args)
+    for r in range(args.first_round, args.first_round + args.rounds):
+        for subject in subjects if r % 2 == 1 else subjects[::-1]:
+            k = hot_buckets(subject)
+            if k != current_k:
+                log(f"round {r} {subject}: hot product -> {set_hot(url, k)} in {k} bucket(s)")
+                current_k = k
+            for clients in args.clients if r % 2 == 1 else args.clients[::-1]:
+                wait_for_quiet(args.quiet_wait)
+                cell = run_cell(url, subject, clients=clients, duration=args.duration, customer_id=customer_id,
+                                sample=args.sample)  # fmt: skip
+                cells.append({**cell, "round": r})
     return cells
+
+
+def matrix_medians(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One cell per (subject, clients, mode): the median of its rounds (checkouts/s, p99, miss rate, PG CPU per
+    checkout), the sums of its outcomes, each round's checkouts/s."""
+    groups: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        groups.setdefault((cell["subject"], cell["clients"], cell["mode"]), []).append(cell)
+
+    def median(group: list[dict[str, Any]], key: str) -> float | None:
+        values = [c[key] for c in group if c.get(key) is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    out = []
+    for (subject, clients, mode), group in groups.items():
+        for c in group:
+            c["miss_pct"] = round(100 * c["waited"] / max(1, c["committed"] + c["fallback_needed"]), 1)
+        out.append({
+            "subject": subject, "clients": clients, "mode": mode, "rounds": len(group),
+            "ok_per_s": median(group, "ok_per_s"), "p99_ms": median(group, "p99_ms"),
+            "miss_pct": median(group, "miss_pct"), "pg_cpu_ms_per_checkout": median(group, "pg_cpu_ms_per_checkout"),
+            "ok_per_s_rounds": [c["ok_per_s"] for c in group], "miss_pct_rounds": [c["miss_pct"] for c in group],
+            **{key: sum(c[key] for c in group) for key in ("committed", "waited", "fallback_needed", "refused", "failed")},
+            "other_cpu_pct": median(group, "other_cpu_pct"),
+        })  # fmt: skip
+    return out
 
 
 def _cpu_cells(url: str, customer_id: int, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -567,15 +803,11 @@ def goals(report: dict[str, Any]) -> list[dict[str, Any]]:
             "short_pct": round(100 * short / num["ok_per_s"]) if num["ok_per_s"] else None,
         })  # fmt: skip
 
-    for k in [k for k in report["args"]["buckets"] if k != 1]:
-        for clients in (64, 256):
-            hot = _find(cells, f"hot-{k}", clients)
-            add(f"K={k}, {clients} clients ≥ {GOAL_VS_ONE_ROW}x one row (K=1) at {clients}", hot,
-                _find(cells, "hot-1", clients), GOAL_VS_ONE_ROW)  # fmt: skip
-            add(f"K={k}, {clients} clients ≥ {GOAL_VS_SPREAD}x spread at {clients}", hot,
-                _find(cells, "spread", clients), GOAL_VS_SPREAD)  # fmt: skip
-        add(f"K={k}, 64 clients ≥ {GOAL_64_VS_ONE_ROW_16}x one row (K=1) at 16", _find(cells, f"hot-{k}", 64),
-            _find(cells, "hot-1", 16), GOAL_64_VS_ONE_ROW_16)  # fmt: skip
+    bucketed = dict.fromkeys(c["subject"] for c in cells if hot_buckets(c["subject"]) > 1)
+    for subject in bucketed:
+        for clients, name, reference, goal in GOALS:
+            add(f"{_label(subject)}, {clients} clients ≥ {goal}x {name} at {clients}",
+                _find(cells, subject, clients), _find(cells, reference, clients), goal)  # fmt: skip
     return out
 
 
@@ -603,8 +835,8 @@ def cpu_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _label(subject: str) -> str:
     if subject.startswith("hot-"):
-        k = int(subject.split("-")[1])
-        return "one row (K = 1)" if k == 1 else f"K = {k}"
+        k, variant = hot_buckets(subject), claim_variant(subject)
+        return "one row (K = 1)" if k == 1 else f"K = {k}" + ("" if variant == "service" else f", {variant}")
     return {
         "spread": "spread, 1,000 products",
         "seed": "seed's transaction, one row",
@@ -616,13 +848,58 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
+VARIANT_TEXT = {
+    "service": "the service's claim (recorded from stock_reserve)",
+    "random": "a random bucket, SKIP LOCKED; then 2 waiting passes on a random bucket; a savepoint per attempt",
+    "pid": "the connection's bucket (pg_backend_pid() mod K) first, then round the ring, SKIP LOCKED; then 2 waiting "
+    "passes on the first bucket with the units from it; a savepoint per attempt",
+    "order": "the order's bucket (order id mod K) first, then round the ring, SKIP LOCKED; then 2 waiting passes on "
+    "the first bucket with the units from it; a savepoint per attempt",
+    "order-1sp": "as order, one savepoint for every attempt (ROLLBACK TO keeps it)",
+    "pid-1sp": "as pid, one savepoint for every attempt (ROLLBACK TO keeps it)",
+    "order-wait": "no SKIP LOCKED attempt: 3 waiting passes on the first bucket with the units from the order's",
+    "pid-wait": "no SKIP LOCKED attempt: 3 waiting passes on the first bucket with the units from the connection's",
+}
+
+
+def variants_markdown(report: dict[str, Any]) -> list[str]:
+    """The claims side by side (more than one claim in --claim): per client count, each claim's median checkouts/s
+    [each round], miss rate, fallbacks, PostgreSQL CPU per checkout and its ratio to spread and to one row."""
+    cells = report["matrix"]
+    claims = report["args"].get("claim", ["service"])
+    bucketed = [c for c in cells if hot_buckets(c["subject"]) > 1]
+    if len(claims) < 2 or not bucketed:
+        return []
+    lines = [
+        "The claims, A/B in alternating rounds: " + "; ".join(f"*{v}*: {VARIANT_TEXT[v]}" for v in claims) + ".",
+        "",
+        "| claim | clients | checkouts/s, median [rounds] | miss rate, median [rounds] | fallback | PG CPU "
+        "ms/checkout | ÷ spread | ÷ one row |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for clients in report["args"]["clients"]:
+        spread, one_row = _find(cells, "spread", clients), _find(cells, "hot-1", clients)
+        for c in [c for c in bucketed if c["clients"] == clients]:
+            rounds = " / ".join(f"{v:,.0f}" for v in c["ok_per_s_rounds"])
+            misses = " / ".join(f"{v:.0f}" for v in c["miss_pct_rounds"])
+            vs = [
+                f"{c['ok_per_s'] / ref['ok_per_s']:.2f}" if ref and ref["ok_per_s"] else "-"
+                for ref in (spread, one_row)
+            ]
+            cpu = "-" if c["pg_cpu_ms_per_checkout"] is None else f"{c['pg_cpu_ms_per_checkout']:.2f}"
+            lines.append(f"| {_label(c['subject'])} | {clients} | {c['ok_per_s']:,.0f} [{rounds}] | "
+                         f"{c['miss_pct']:.0f} % [{misses}] | {c['fallback_needed']} | {cpu} | {vs[0]} | {vs[1]} |")  # fmt: skip
+    return [*lines, ""]
+
+
 def markdown(report: dict[str, Any]) -> str:
     args = report["args"]
     cells = report["matrix"]
-    subjects = [f"hot-{k}" for k in args["buckets"]] + ["spread", "seed"]
+    subjects = list(dict.fromkeys(c["subject"] for c in cells))
     lines = [
         f"Run of {report['started']} (`{report['command']}`; pgbench `-j 2 -M prepared`, {args['duration']} s per "
-        f"cell, all cells in one run on one database; the run took {report['wall_seconds']} s after seeding). "
+        f"cell, {args.get('rounds', 1)} round(s), medians, all cells in one run on one database; the run took "
+        f"{report['wall_seconds']} s after seeding). "
         f"**The machine is shared**: other engineers' test suites ran on its 2 cores during the run (load average "
         f"{report['load_before']} before it; *other CPU* = what neither this PostgreSQL nor pgbench used, per cell "
         "in bench-results/buckets.json): read the ratios within one run, not the absolute figures.",
@@ -655,7 +932,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{sum(c['refused'] for c in cells + report['cpu'])}; pgbench failures: "
         f"{sum(c['failed'] for c in cells + report['cpu'])}.",
         "",
-        "| goal (issue 17) | measured checkouts/s | ratio | target | met | distance |",
+        *variants_markdown(report),
+        "| goal (issue 26) | measured checkouts/s | ratio | target | met | distance |",
         "|---|---:|---:|---:|---|---|",
     ]
     for g in report["goals"]:
@@ -737,7 +1015,8 @@ def run(url: str, tokens_file: Path, customer_id: int, args: argparse.Namespace,
         "gunicorn": "",
     }
     log(f"stock buckets: pgbench matrix K={args.buckets} x clients={args.clients} + spread + seed")
-    report["matrix"] = _matrix(url, customer_id, args)
+    report["matrix_rounds"] = _matrix(url, customer_id, args)
+    report["matrix"] = matrix_medians(report["matrix_rounds"])
     log(f"stock buckets: PostgreSQL CPU per checkout, -M prepared vs -M simple at {args.cpu_clients} clients")
     report["cpu"] = _cpu_cells(url, customer_id, args)
     report["cpu_summary"] = cpu_summary(report["cpu"])
@@ -753,13 +1032,13 @@ def run(url: str, tokens_file: Path, customer_id: int, args: argparse.Namespace,
     report["goals"] = goals(report)
     report["cpu_goals"] = cpu_goals(report)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "buckets.json").write_text(json.dumps(report, indent=2))
+    (RESULTS / args.out).write_text(json.dumps(report, indent=2))
     block = markdown(report)
     print("\n" + block)
     if not args.no_docs:
         update_docs(block, DOCS, start=MARK_START, end=MARK_END)
         log(f"wrote the buckets block of {DOCS.relative_to(ROOT)}")
-    all_cells = report["matrix"] + report["cpu"]
+    all_cells = report["matrix_rounds"] + report["cpu"]
     bad = (
         not report["audit_clean"]
         or any(c["failed"] or c["fallback_needed"] for c in all_cells)
@@ -786,8 +1065,27 @@ def render(path: Path, *, docs: bool) -> int:
     return 0
 
 
+def merge(paths: list[Path], *, out: Path, docs: bool) -> int:
+    """Saved runs (each some rounds of the same matrix) as one: their cells together, medians per cell; the first
+    run's settings, every run's command and load average."""
+    reports = [json.loads(path.read_text()) for path in paths]
+    report = reports[0]
+    report["matrix_rounds"] = [c for r in reports for c in r.get("matrix_rounds", r["matrix"])]
+    report["matrix"] = matrix_medians(report["matrix_rounds"])
+    report["cpu"] = [c for r in reports for c in r["cpu"]]
+    report["args"]["rounds"] = sum(r["args"].get("rounds", 1) for r in reports)
+    report["command"] = "`; `".join(r["command"] for r in reports)
+    report["load_before"] = " / ".join(r["load_before"] for r in reports)
+    report["wall_seconds"] = sum(r["wall_seconds"] for r in reports)
+    report["audit_clean"] = all(r["audit_clean"] for r in reports)
+    out.write_text(json.dumps(report, indent=2))
+    return render(out, docs=docs)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        return merge([RESULTS / name for name in args.merge.split(",")], out=RESULTS / args.out, docs=not args.no_docs)
     if args.render:
         return render(Path(args.render), docs=not args.no_docs)
     RESULTS.mkdir(exist_ok=True)

@@ -7,7 +7,8 @@ the statements between a ``SAVEPOINT`` and its ``ROLLBACK TO SAVEPOINT`` before 
 with the parameters the service used. ``bench.buckets`` turns them into its pgbench script, so the benchmark runs
 what the service runs now, not a copy of it: a change in how the service claims changes the script.
 
-    python -m bench.service_trace     # with DATABASE_URL pointing at a migrated database: the claims, as JSON
+    python -m bench.service_trace     # with DATABASE_URL pointing at a migrated database: the claims and whether
+                                      # they share one savepoint, as JSON
 """
 
 import json
@@ -54,25 +55,44 @@ def record_reserve() -> list[tuple[str, dict[str, Any] | None]]:
 
 
 def claims(sent: list[tuple[str, dict[str, Any] | None]]) -> list[tuple[str, dict[str, Any]]]:
-    """The claim attempts of a recorded reservation: each statement sent right after a ``SAVEPOINT`` and followed by
-    the ``ROLLBACK TO`` that savepoint (it missed), in order, up to the full pass. Raises ``ValueError`` if the
+    """The claim attempts of a recorded reservation: after a ``SAVEPOINT``, each statement followed by the
+    ``ROLLBACK TO`` that savepoint (it missed), with a new ``SAVEPOINT`` before each next one or the same savepoint
+    kept (a ROLLBACK TO keeps it: :func:`one_savepoint`), in order, up to the full pass. Raises ``ValueError`` if the
     service no longer claims that way (the benchmark must then be looked at again)."""
+    return _shape(sent)[0]
+
+
+def one_savepoint(sent: list[tuple[str, dict[str, Any] | None]]) -> bool:
+    """Whether the recorded claim attempts share one savepoint (rolled back to before each next attempt)."""
+    return _shape(sent)[1]
+
+
+def _shape(sent: list[tuple[str, dict[str, Any] | None]]) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
     found: list[tuple[str, dict[str, Any]]] = []
+    savepoints = 0
+    name = None
     i = 0
-    while i + 2 < len(sent) and sent[i][0].startswith(SAVEPOINT):
-        name = sent[i][0].removeprefix(SAVEPOINT).strip()
-        sql, params = sent[i + 1]
-        if sent[i + 2][0].strip() != ROLLBACK_TO + name or params is None:
+    while i + 1 < len(sent):
+        if sent[i][0].startswith(SAVEPOINT):
+            name = sent[i][0].removeprefix(SAVEPOINT).strip()
+            savepoints += 1
+            i += 1
+        elif not found:
+            break
+        if name is None or i + 1 >= len(sent):
+            break
+        sql, params = sent[i]
+        if sent[i + 1][0].strip() != ROLLBACK_TO + name or params is None:
             break
         found.append((sql, params))
-        i += 3
-    if not found or i == len(sent):
+        i += 2
+    if not found or i >= len(sent):
         raise ValueError(
             "stock_reserve of a request larger than any bucket no longer sends claims after savepoints followed by "
             "a full pass; bench.buckets scripts that shape: look at it again. Statements sent:\n"
             + "\n".join(sql.strip().splitlines()[0] for sql, _ in sent)
         )
-    return found
+    return found, savepoints == 1 and len(found) > 1
 
 
 def reserve_claims() -> list[tuple[str, dict[str, Any]]]:
@@ -83,7 +103,8 @@ def main() -> int:
     from devtools.processes import setup_django_quietly
 
     setup_django_quietly()
-    print(json.dumps(reserve_claims()))
+    sent = record_reserve()
+    print(json.dumps({"claims": claims(sent), "one_savepoint": one_savepoint(sent)}))
     return 0
 
 

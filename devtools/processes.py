@@ -155,8 +155,10 @@ class Gunicorn:
         conn_max_age: int = 60,
         config: str | None = None,
         extra_env: dict[str, Any] | None = None,
+        app: str = "skincare.wsgi:application",
     ) -> None:
         self.port = free_port()
+        self.app = app  # the WSGI application (bench.floor_wsgi serves the benchmark's framework floor)
         self.base = f"http://127.0.0.1:{self.port}"
         self.config = config or "skincare/gunicorn.conf.py"
         self.settings: dict[str, Any] = {
@@ -183,13 +185,16 @@ class Gunicorn:
     def describe(self) -> str:
         s = self.settings
         kind = s["GUNICORN_WORKER_CLASS"] + (f"x{s['GUNICORN_THREADS']}" if s["GUNICORN_THREADS"] != 1 else "")
-        return f"{s['WEB_CONCURRENCY']} {kind} workers, DB_CONN_MAX_AGE={s['DB_CONN_MAX_AGE']}, config {self.config}"
+        app = "" if self.app == "skincare.wsgi:application" else f", app {self.app}"
+        return (
+            f"{s['WEB_CONCURRENCY']} {kind} workers, DB_CONN_MAX_AGE={s['DB_CONN_MAX_AGE']}, config {self.config}{app}"
+        )
 
     def start(self, timeout: float = 30) -> Self:
         RESULTS.mkdir(exist_ok=True)
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [str(ROOT / ".venv/bin/gunicorn"), "-c", self.config, "skincare.wsgi:application"],
+            [str(ROOT / ".venv/bin/gunicorn"), "-c", self.config, self.app],
             cwd=ROOT,
             env=self.env,
             stdout=self._log,

@@ -10,9 +10,9 @@ one product, one stock row         the strategy's lock, if any (``row_lock[_nowa
                                    the transaction)
 several products, one row each     advisory keys, then every bucket-0 row ``FOR NO KEY UPDATE [NOWAIT]`` in
                                    ascending id, then :data:`RESERVE_SQL` for each (no version check)
-a bucketed product (K > 1)         :data:`CLAIM_BUCKET_SQL` (a free bucket, ``SKIP LOCKED``), else
-                                   :data:`CLAIM_WAITING_SQL` up to :data:`WAITING_PASSES` times (waits for one
-                                   bucket), else the full pass
+a bucketed product (K > 1)         :data:`CLAIM_BUCKET_SQL` (a free bucket, ``SKIP LOCKED``, the order's
+                                   own first), else :data:`CLAIM_WAITING_SQL` up to :data:`WAITING_PASSES` times
+                                   (waits for the order's bucket), else the full pass
 bucket 0 short, more stock rows    the full pass: every stock row of the product in bucket order, refused only
                                    when their total is short; units gathered into one bucket below K, reserved
                                    there with :data:`RESERVE_SQL`
@@ -99,20 +99,23 @@ RESERVE_AT_VERSION_SQL = _reserve_statement(
     pick="SELECT %(bucket)s::smallint AS bucket", guard="\n       AND version = %(version)s"
 )
 
-# A bucketed product (bucket count K > 1): a bucket below K that has the units, chosen at random so that concurrent
-# checkouts spread over the buckets. The claim takes one that no other transaction holds (SKIP LOCKED: never waits;
-# no row back: every free bucket was short or held by someone else, and the waiting pass follows). The waiting pass
-# waits for ONE bucket that had the units in its snapshot (picked at random, so waiters spread over the buckets too,
-# and never holding one bucket while waiting for another of the same product; no row back: that bucket ran short
-# while we waited). The lock clause is the only difference between the two.
+# A bucketed product (bucket count K > 1): a bucket below K that has the units, the order's own bucket first (its id
+# mod K), then the next ones round the ring. The claim takes the first that no other transaction holds (SKIP LOCKED:
+# never waits; no row back: every bucket with the units was held by someone else or short, and the waiting claim
+# follows). The waiting claim waits for ONE bucket, the first round the ring from the order's that had the units in
+# its snapshot: concurrent checkouts hold consecutive order ids, so N waiters queue N/K to a bucket, each queue first
+# come first served, and none holds one bucket of a product while it waits for another of it (no row back: that
+# bucket ran short while we waited). The lock clause is the only difference between the two. Measured against a
+# random bucket and other claims: docs/benchmarks.md#the-bucket-claim-measured-issue-26-item-3.
+# mod() rather than %: in a psycopg statement % starts a parameter.
 _CLAIM_PICK = """
 SELECT bucket FROM stock_buckets
      WHERE product_id = %(product_id)s AND bucket < %(bucket_count)s AND available_stock >= %(qty)s
-     ORDER BY random() LIMIT 1{lock}
+     ORDER BY mod(bucket + %(bucket_count)s - mod(%(order_id)s, %(bucket_count)s), %(bucket_count)s) LIMIT 1{lock}
 """
 CLAIM_BUCKET_SQL = _reserve_statement(pick=_CLAIM_PICK.format(lock="\n       FOR NO KEY UPDATE SKIP LOCKED"))
 CLAIM_WAITING_SQL = _reserve_statement(pick=_CLAIM_PICK.format(lock=""))
-# Waiting passes of a bucketed product before the full pass (each one waits for one bucket at most).
+# Waiting claims of a bucketed product before the full pass (each one waits for one bucket at most).
 WAITING_PASSES = 2
 
 
@@ -191,16 +194,18 @@ def _guarded_reserve(line: ReserveLine, *, order_id: int) -> None:
 
 
 def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
-    """A bucketed product (docs/strategies.md#stock-buckets): a free bucket without waiting; else wait for one bucket
-    that had the units; else the full pass, which refuses only when the product really lacks them.
+    """A bucketed product (docs/strategies.md#stock-buckets): a free bucket without waiting, the order's own first;
+    else wait for the order's bucket (or the next one round the ring with the units); else the full pass, which
+    refuses only when the product really lacks them.
 
-    Each attempt runs after a savepoint, rolled back when it comes back empty. A statement that found a row changed
-    since its snapshot locks the row's newest version before it re-checks it, and keeps that lock even when the
-    re-check fails; rolling back to the savepoint lets go of it, so the next attempt (and the full pass, which takes
-    the buckets in order) waits while holding no bucket of this product: no deadlock (docs/locking.md). The
-    SAVEPOINT is sent before the claim, so it does not lengthen the time a bucket is held."""
+    The attempts run after one savepoint, rolled back to when an attempt comes back empty (ROLLBACK TO keeps the
+    savepoint for the next). A statement that found a row changed since its snapshot locks the row's newest version
+    before it re-checks it, and keeps that lock even when the re-check fails; rolling back to the savepoint lets go of
+    it, so the next attempt (and the full pass, which takes the buckets in order) waits while holding no bucket of
+    this product: no deadlock (docs/locking.md). The SAVEPOINT is sent before the claim, so it does not lengthen the
+    time a bucket is held."""
+    attempt = transaction.savepoint()
     for sql in (CLAIM_BUCKET_SQL, *[CLAIM_WAITING_SQL] * WAITING_PASSES):
-        attempt = transaction.savepoint()
         if _reserve_in(sql, line, order_id=order_id, bucket_count=line.bucket_count) is not None:
             return  # the savepoint is released by COMMIT: a RELEASE would be a round trip while the bucket is held
         transaction.savepoint_rollback(attempt)

@@ -11,14 +11,19 @@ one transaction:
   writes its reserve ledger row and, when it took another bucket, names that bucket on the reservation. The stock
   rows it locks are the last statements before COMMIT.
 
-:func:`checkout` runs the two in one ``@retry_transient @transaction.atomic`` transaction (``skincare.db``:
-deadlocks and serialization failures retried, timeouts → 503). Under an ``Idempotency-Key``,
+:func:`checkout` runs the two in one ``@retry_transient @atomic_refusals_commit`` transaction (``skincare.db``:
+deadlocks and serialization failures retried, timeouts → 503; a refusal decided before anything was written ends
+the transaction with COMMIT, which leaves the database as ROLLBACK would and keeps the connection's prepared
+statements). Under an ``Idempotency-Key``,
 :func:`run_keyed_checkout` is the one flow of both endpoints (:func:`checkout_idempotent` here,
 ``carts.services.cart_checkout_idempotent`` for a cart): the key is claimed first, the 201 answer is stored between
 the two phases, and a client error is stored instead of the order.
 
 A checkout checks in this order; a refusal rolls back whatever the checkout wrote (the whole transaction, or under a
-key everything after the key's claim, and the refusal is stored as the key's answer instead):
+key everything after the key's claim, and the refusal is stored as the key's answer instead). A refusal of an
+unkeyed checkout that has written nothing yet (steps 3 to 5 unless an admission was used, and step 6's
+``sale_ended``, whose statement wrote no row) ends with COMMIT instead, which leaves the same database and keeps the
+connection's prepared statements (``skincare.db.atomic_refusals_commit``):
 
 1. in the view: a cart's id (404), the ``Idempotency-Key`` header and the body's shape (400), then the rate limit
    (429, counted in its own transaction);
@@ -75,7 +80,7 @@ from orders.selectors import OrderLineView, OrderView
 from payments.exceptions import IdempotencyKeyInProgress, IdempotencyKeyReused, RateLimited
 from payments.models import IdempotencyKey, PaymentAttempt
 from skincare import services as skincare_services
-from skincare.db import SERIALIZABLE, IsolationRequired, current_isolation, retry_transient
+from skincare.db import SERIALIZABLE, IsolationRequired, atomic_refusals_commit, current_isolation, retry_transient
 from skincare.errors import DomainError, InvalidInput
 from skincare.locks import advisory_key, require_transaction
 from skincare.validation import parse_rate
@@ -200,7 +205,7 @@ def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
 
 
 @retry_transient
-@transaction.atomic
+@atomic_refusals_commit
 def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
     """Place a ``pending_payment`` order for ``items`` ((product_id, qty) pairs) and reserve its stock until its
     deadline (``now() + RESERVATION_TTL_SECONDS`` by the database clock): :func:`order_open`, then
@@ -493,7 +498,7 @@ def run_keyed_checkout(
 
 
 @retry_transient
-@transaction.atomic
+@atomic_refusals_commit
 def checkout_idempotent(
     *, customer: User, items: Iterable[tuple[int, int]], key: str, fingerprint: str
 ) -> KeyedCheckout:

@@ -6,6 +6,7 @@ imports nothing from the apps.
 """
 
 import logging
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
@@ -15,7 +16,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
-from rest_framework import parsers
+from rest_framework import parsers, renderers
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer
@@ -52,6 +53,7 @@ FRAMEWORK_CODES = frozenset(
 # Issued tokens are 43 URL-safe characters; anything longer or outside printable ASCII (e.g. U+0000, which
 # PostgreSQL text cannot store) cannot be a token: refused without a query.
 MAX_TOKEN_LENGTH = 200
+TOKEN_BYTES = re.compile(rb"[\x21-\x7e]*")  # printable ASCII but space, matched in C (not byte by byte in Python)
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -70,7 +72,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         if len(parts) != 2:
             raise drf_exceptions.AuthenticationFailed("Invalid token header.")
         raw = parts[1]
-        if len(raw) > MAX_TOKEN_LENGTH or not all(0x21 <= byte <= 0x7E for byte in raw):
+        if len(raw) > MAX_TOKEN_LENGTH or not TOKEN_BYTES.fullmatch(raw):
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
         user = api_token_user(token=raw.decode("ascii"))
         if user is None:
@@ -112,6 +114,14 @@ class JSONParser(parsers.JSONParser):
         if json_depth_exceeds(data, MAX_JSON_DEPTH):
             raise drf_exceptions.ParseError("JSON nested too deeply.")
         return data
+
+
+class JSONRenderer(renderers.JSONRenderer):
+    """DRF's JSON renderer, never indented: the ``Accept`` header is not read (:class:`JsonOnlyNegotiation`), so
+    there is no ``indent=`` parameter to parse out of it on every response."""
+
+    def get_indent(self, accepted_media_type: str, renderer_context: Mapping[str, Any]) -> None:
+        return None
 
 
 class JsonOnlyNegotiation(DefaultContentNegotiation):

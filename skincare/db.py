@@ -1,5 +1,6 @@
 """Database helpers shared by every app: the transaction runner (transient-error retries, per-transaction timeouts
-behind PgBouncer, the isolation level), outage detection, the database clock. Locks and their order are in
+behind PgBouncer, the isolation level), the atomic block whose refusals commit while nothing was written (the
+checkout's), outage detection, the database clock. Locks and their order are in
 ``skincare.locks``."""
 
 import functools
@@ -12,7 +13,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, models
+from django.db import InterfaceError, OperationalError, connection, models, transaction
 
 from skincare import metrics
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
@@ -219,6 +220,61 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
                         attempt,
                         extra={"transaction": func.__qualname__, "duration_ms": round(elapsed_ms, 1)},
                     )
+
+    return wrapper
+
+
+# Has this transaction written anything? PostgreSQL gives a transaction its id at its first write (a row inserted,
+# updated, deleted or locked) and not before: NULL means COMMIT and ROLLBACK would leave the same database.
+WROTE_NOTHING_SQL = "SELECT pg_current_xact_id_if_assigned() IS NULL"
+
+
+def _wrote_nothing() -> bool:
+    """True when this transaction has certainly written nothing and may end with COMMIT instead of ROLLBACK: it is
+    healthy (no statement failed, Django has not marked it for rollback), it runs at the default isolation (a
+    SERIALIZABLE one's reads still count against concurrent writers until it ends, so it keeps ROLLBACK), and
+    PostgreSQL has not given it a transaction id (:data:`WROTE_NOTHING_SQL`). A transaction that sent nothing needs
+    no question. Only asked about an outermost transaction (:func:`atomic_refusals_commit`)."""
+    from psycopg.pq import TransactionStatus
+
+    raw = connection.connection
+    if raw is None or transaction.get_rollback() or current_isolation() == SERIALIZABLE:
+        return False
+    status = raw.info.transaction_status
+    if status == TransactionStatus.IDLE:  # nothing sent yet (e.g. refused from the sold-out memory): no BEGIN
+        return True
+    if status != TransactionStatus.INTRANS:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(WROTE_NOTHING_SQL)
+        return bool(cursor.fetchone()[0])
+
+
+def atomic_refusals_commit(func: Callable[P, R]) -> Callable[P, R]:
+    """``@transaction.atomic``, except that a refusal (a :class:`DomainError`) raised before the transaction wrote
+    anything ends it with COMMIT instead of ROLLBACK (:func:`_wrote_nothing`), and then reaches the caller as
+    before. Nothing was written, so the database is the same either way; what differs is the connection: psycopg
+    forgets every prepared statement of a connection at each ROLLBACK (``DEALLOCATE ALL``, one more round trip,
+    and the statements run unprepared again until ``DB_PREPARE_THRESHOLD``), so a storm of refusals decided by a
+    read (sold out, outside the sale window, no admission, over a limit) would keep the checkout's statements
+    unprepared. A refusal after a write, and every other exception, rolls back as ``transaction.atomic`` does; so
+    does any refusal inside an outer transaction (a savepoint's: what matters is how the outermost one ends, and the
+    transaction id would be the outer one's).
+    Costs one short statement per refusal that reached the database (the question), against ROLLBACK's
+    ``DEALLOCATE ALL``. Use it under :func:`retry_transient` in place of ``@transaction.atomic`` (the checkout:
+    ``payments/checkout.py``); docs/benchmarks.md#prepared-statements-db_prepared_statements has the numbers."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        outermost = not connection.in_atomic_block
+        with transaction.atomic():
+            try:
+                return func(*args, **kwargs)
+            except DomainError as exc:
+                if not outermost or not _wrote_nothing():
+                    raise
+                refusal = exc
+        raise refusal  # after the COMMIT
 
     return wrapper
 

@@ -219,7 +219,7 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["skincare.api.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["skincare.api.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["skincare.api.JSONParser"],
     "EXCEPTION_HANDLER": "skincare.api.exception_handler",
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "skincare.api.JsonOnlyNegotiation",

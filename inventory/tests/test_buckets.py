@@ -12,7 +12,7 @@ import threading
 
 import pytest
 from django.core.management import call_command
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently, wait_for_lock_waiters
 from inventory import reserve, services
@@ -34,6 +34,23 @@ def totals(product):
     with connection.cursor() as cursor:
         cursor.execute("SELECT available_stock, reserved_stock FROM inventories WHERE product_id = %s", [product.pk])
         return cursor.fetchone()
+
+
+def next_order_id(bucket, buckets):
+    """Set the orders' id sequence so that the next order's id is ``bucket`` mod ``buckets``; returns that id."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COALESCE(max(id), 0) FROM orders")
+        (last,) = cursor.fetchone()
+        wanted = last + 1 + (bucket - (last + 1)) % buckets
+        cursor.execute("SELECT setval(pg_get_serial_sequence('orders', 'id'), %s, false)", [wanted])
+    return wanted
+
+
+def waiting_in_bucket_order():
+    """The naive waiting claim: the lowest bucket with the units, whatever the order (every waiter picks the same)."""
+    order = "mod(bucket + %(bucket_count)s - mod(%(order_id)s, %(bucket_count)s), %(bucket_count)s)"
+    assert order in reserve.CLAIM_WAITING_SQL
+    return reserve.CLAIM_WAITING_SQL.replace(order, "bucket")
 
 
 def hold_buckets(product, buckets, *, release, held):
@@ -198,6 +215,95 @@ def test_control_a_claim_that_waits_for_a_held_bucket_times_out(make_product, cu
     assert_invariants()
 
 
+def queue_eight_buyers(product, buyers):
+    """Each of the 8 buckets held by a transaction of its own; 8 buyers (consecutive order ids) start together and
+    wait. Returns, per bucket, how many buyers queue for it (pg_blocking_pids: the holder, or the buyer ahead in the
+    bucket's queue), after letting everyone go and checking that every buyer bought."""
+    releases = [threading.Event() for _ in range(8)]
+    helds = [threading.Event() for _ in range(8)]
+    pids = [0] * 8
+
+    def hold(bucket):
+        conn = connections.create_connection(DEFAULT_DB_ALIAS)
+        try:
+            conn.set_autocommit(False)
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pids[bucket] = cursor.fetchone()[0]
+                cursor.execute(
+                    "SELECT 1 FROM stock_buckets WHERE product_id = %s AND bucket = %s FOR NO KEY UPDATE",
+                    [product.pk, bucket],
+                )
+                helds[bucket].set()
+                assert releases[bucket].wait(timeout=60)
+            conn.rollback()
+        finally:
+            conn.close()
+
+    holders = [threading.Thread(target=hold, args=(b,)) for b in range(8)]
+    for holder in holders:
+        holder.start()
+    try:
+        assert all(held.wait(timeout=60) for held in helds)
+        barrier = threading.Barrier(8)
+
+        def buy(i):
+            barrier.wait(timeout=60)
+            return place_order(customer=buyers[i], items=[(product.pk, 1)])
+
+        runs = [ThreadRun(lambda i=i: buy(i), name=f"buyer-{i}") for i in range(8)]
+        blockers = {}
+        with connection.cursor() as cursor:
+            for pid in wait_for_lock_waiters(8):
+                cursor.execute("SELECT pg_blocking_pids(%s)", [pid])
+                blockers[pid] = cursor.fetchone()[0]
+
+        def bucket_waited_for(pid):  # a buyer behind another buyer in a bucket's queue waits for that buyer
+            holder = next(b for b in blockers[pid] if b in pids or b in blockers)
+            return pids.index(holder) if holder in pids else bucket_waited_for(holder)
+
+        per_bucket = [0] * 8
+        for pid in blockers:
+            per_bucket[bucket_waited_for(pid)] += 1
+    finally:
+        for release in releases:
+            release.set()
+        for holder in holders:
+            holder.join(timeout=60)
+    outcomes = [run.join() for run in runs]
+    assert [o.error for o in outcomes if o.error] == []
+    return per_bucket
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_buyers_queue_one_to_a_bucket(make_product, make_customer):
+    """Eight buyers while all eight buckets are held: the claim finds no free bucket, and the waiting claims queue
+    on the orders' buckets; the orders hold consecutive ids, so each waits for a bucket of its own (N buyers queue
+    N/K to a bucket, not on one)."""
+    product = make_product(stock=80, buckets=8)
+    buyers = [make_customer() for _ in range(8)]
+
+    per_bucket = queue_eight_buyers(product, buyers)
+
+    assert per_bucket == [1] * 8
+    assert totals(product) == (72, 8)
+    assert_invariants()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_a_waiting_claim_in_bucket_order_queues_every_buyer_on_one_bucket(
+    make_product, make_customer, monkeypatch
+):
+    monkeypatch.setattr(reserve, "CLAIM_WAITING_SQL", waiting_in_bucket_order())
+    product = make_product(stock=80, buckets=8)
+    buyers = [make_customer() for _ in range(8)]
+
+    per_bucket = queue_eight_buyers(product, buyers)
+
+    assert per_bucket == [8, 0, 0, 0, 0, 0, 0, 0]
+    assert totals(product) == (72, 8)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_when_every_bucket_with_units_is_held_the_checkout_waits_and_buys(make_product, customer):
     """The one bucket with stock is held by another transaction: the claim finds no free bucket, the waiting pass
@@ -239,6 +345,62 @@ def test_control_without_the_fallback_a_held_bucket_is_a_false_sold_out(make_pro
     finally:
         release.set()
         holder.join(timeout=60)
+    assert isinstance(outcome.error, StockConflict)
+    assert totals(product) == (1, 0)  # the unit was there all along
+
+
+def buy_while_the_orders_bucket_runs_short(product, customer):
+    """Buckets 0 and 1 hold one unit each; an ops adjustment takes bucket 0's unit and holds the product's rows; a
+    checkout whose order's bucket is 0 waits for it, and once it waits the adjustment commits. Returns the outcome."""
+    next_order_id(0, 2)
+    held, release = threading.Event(), threading.Event()
+
+    def adjust():
+        with transaction.atomic():
+            services.stock_adjust(product_id=product.pk, delta=-1, note="one unit damaged")
+            held.set()
+            assert release.wait(timeout=60)
+
+    adjustment = ThreadRun(adjust, name="adjustment")
+    try:
+        assert held.wait(timeout=60)
+        assert bucket_stock(product) == {0: 1, 1: 1}  # the adjustment's change is not committed yet
+        buyer = ThreadRun(lambda: place_order(customer=customer, items=[(product.pk, 1)]), name="buyer")
+        wait_for_lock_waiters(1)
+    finally:
+        release.set()
+        adjusted = adjustment.join()
+    assert adjusted.error is None, adjusted.error
+    return buyer.join()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_when_the_orders_bucket_runs_short_while_it_waits_the_claim_goes_on_to_the_next(make_product, customer):
+    product = make_product(stock=2, buckets=2)
+
+    outcome = buy_while_the_orders_bucket_runs_short(product, customer)
+
+    assert outcome.error is None, outcome.error
+    assert outcome.value.pk % 2 == 0
+    assert StockBucket.objects.get(product=product, bucket=1).reserved_stock == 1  # the next bucket round the ring
+    assert totals(product) == (0, 1)
+    assert_invariants()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_without_the_fallback_a_bucket_that_ran_short_is_a_false_sold_out(make_product, customer, monkeypatch):
+    """The same with the refusal right after the first waiting claim (no second one, no full pass): a 409 while the
+    product still has a unit."""
+    monkeypatch.setattr(reserve, "WAITING_PASSES", 1)
+
+    def refuse(line, *, order_id):
+        raise StockConflict(product_ids=[line.product_id])
+
+    monkeypatch.setattr(reserve, "_reserve_from_all", refuse)
+    product = make_product(stock=2, buckets=2)
+
+    outcome = buy_while_the_orders_bucket_runs_short(product, customer)
+
     assert isinstance(outcome.error, StockConflict)
     assert totals(product) == (1, 0)  # the unit was there all along
 
@@ -324,10 +486,12 @@ def test_the_checkout_reads_k_and_claims_in_one_statement(make_product, customer
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        checkouts.checkout(customer=customer, items=[(product.pk, 1)])
+        order = checkouts.checkout(customer=customer, items=[(product.pk, 1)])
     assert sent.count(reserve.CLAIM_BUCKET_SQL) == 1
     assert sent.index(reserve.CLAIM_BUCKET_SQL) > sent.index(checkouts.ORDER_SQL)
     assert reserve.CLAIM_WAITING_SQL not in sent
+    held_in = StockMovement.objects.get(order_id=order.order_id, reason="reserve").bucket
+    assert held_in == order.order_id % 4  # the order's own bucket, free
 
 
 @pytest.mark.django_db
