@@ -115,6 +115,27 @@ MUTATIONS = [
         ("skincare/tests/test_generic_plans.py::test_the_checkout_statements_are_planned_once",),
     ),
     Mutation(
+        "stale-k-refuses",
+        "a checkout that read K = 1 refuses when bucket 0 is short, without looking for the rows K was raised to since",
+        "inventory/reserve.py",
+        "_has_other_stock_rows",
+        "return StockBucket.objects.filter(product_id=product_id).exclude(bucket=0).exists()",
+        "return False",
+        (
+            "inventory/tests/test_stale_quote.py::test_one_product_whose_k_was_raised_after_the_quote_is_sold",
+            "inventory/tests/test_stale_quote.py::test_several_products_one_of_which_had_k_raised_after_the_quote_are_sold",
+        ),
+    ),
+    Mutation(
+        "full-pass-misses-new-rows",
+        "the full pass locks the stock rows once: rows a new bucket count added while it waited are not counted",
+        "inventory/buckets.py",
+        "lock_all_buckets",
+        "if cursor.fetchone()[0] <= len(available):",
+        "if True:",
+        ("inventory/tests/test_stale_quote.py::test_the_full_pass_counts_rows_added_while_it_waited",),
+    ),
+    Mutation(
         "no-retry-cancel",
         "retry_transient removed from cancel",
         "orders/services.py",

@@ -66,11 +66,26 @@ SELECT bucket, available_stock FROM stock_buckets
 """
 
 
+# How many stock rows the product has now: a fresh statement, so a fresh snapshot (no lock).
+STOCK_ROWS_SQL = "SELECT count(*) FROM stock_buckets WHERE product_id = %(product_id)s"
+
+
 def lock_all_buckets(*, product_id: int) -> dict[int, int]:
-    """Lock every stock row of the product (ascending bucket); returns available stock by bucket."""
+    """Lock every stock row of the product (ascending bucket); returns available stock by bucket.
+
+    A statement that waited for a row lock reads the rows it found at their newest version, but finds only the rows
+    its snapshot had: a new bucket count that committed while it waited added rows and moved units into them, and
+    those units would be missed (a false sold-out in the full pass). So the rows are counted again by a fresh
+    statement, and locked again while some are missing. Once every row is held, no other transaction can move a unit
+    into a row added later: it would have to take it from one of ours."""
+    params = {"product_id": product_id}
     with connection.cursor() as cursor:
-        cursor.execute(LOCK_ALL_BUCKETS_SQL, {"product_id": product_id})
-        return dict(cursor.fetchall())
+        while True:
+            cursor.execute(LOCK_ALL_BUCKETS_SQL, params)
+            available = dict(cursor.fetchall())
+            cursor.execute(STOCK_ROWS_SQL, params)
+            if cursor.fetchone()[0] <= len(available):
+                return available
 
 
 def move_between_buckets(

@@ -153,7 +153,16 @@ def _lock_rows(*, product_ids: list[int], nowait: bool) -> dict[int, int]:
 
 
 def _refuse_short(*, lines: Sequence[ReserveLine], available: Mapping[int, int]) -> None:
+    """Refuse the products whose locked bucket-0 row is short. A short product that has other stock rows now had its K
+    raised after the quote read: the transaction runs again from the start, and its fresh quote sends the product
+    through the full pass (locking its other rows here would break the lock order: we hold later products' rows)."""
     short = [line.product_id for line in lines if available.get(line.product_id, 0) < line.qty]
+    if any(_has_other_stock_rows(pid) for pid in short):
+        raise RetryTransaction(
+            "stock rows added since the quote read",
+            give_up=StockConflict(product_ids=short),
+            max_attempts=settings.DB_TRANSIENT_RETRIES + 1,
+        )
     for pid in short:
         soldout.remember_short(pid, available_at_most=available.get(pid, 0))
     if short:
@@ -178,7 +187,7 @@ def _guarded_reserve(line: ReserveLine, *, order_id: int) -> None:
         taken = _reserve_in(RESERVE_SQL, line, order_id=order_id, bucket=0)
     if taken is not None:
         return
-    if line.stock_rows > 1:
+    if line.stock_rows > 1 or (not optimistic and _has_other_stock_rows(line.product_id)):
         _reserve_from_all(line, order_id=order_id)
         return
     if optimistic:
@@ -191,6 +200,14 @@ def _guarded_reserve(line: ReserveLine, *, order_id: int) -> None:
         )
     soldout.remember_short(line.product_id, available_at_most=line.qty - 1)
     raise StockConflict(product_ids=[line.product_id])
+
+
+def _has_other_stock_rows(product_id: int) -> bool:
+    """Whether the product has stock rows besides bucket 0 now (a fresh read, no lock). Asked only when bucket 0 came
+    up short for a product the quote saw with one row: K may have been raised since the quote read (ops spreading
+    the units while the sale runs), and then the units are in the new rows, not gone. The optimistic strategy never
+    asks: it has one row (buckets are ``guarded_update``'s), and its lost check reruns the whole transaction."""
+    return StockBucket.objects.filter(product_id=product_id).exclude(bucket=0).exists()
 
 
 def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
