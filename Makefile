@@ -112,7 +112,7 @@ prometheus-deps:
 # SQL binds lists, arrays, timestamps and NULLs, run a second time with client-side binding, as behind PgBouncer.
 UNPREPARED_SUITES := payments/tests/test_checkout_race.py inventory/tests/test_strategies.py \
 	payments/tests/test_faults.py inventory/tests/test_buckets.py carts/tests/test_cart_races.py \
-	skincare/tests/test_prepared_statements.py
+	skincare/tests/test_prepared_statements.py inventory/tests/test_stale_quote.py
 
 test: db lint browser-deps pgbouncer-deps prometheus-deps
 	@deselect=""; \
