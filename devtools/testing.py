@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from orders.audit import audit_inventory
 
@@ -138,3 +138,32 @@ def wait_for_lock_waiters(count: int, *, timeout: float = 30) -> list[int]:
 
     wait_until(enough, timeout=timeout, what=f"{count} backends waiting for a lock")
     return found
+
+
+def act_while_held(
+    *, change: Callable[[], object], act: Callable[[], object], before_act: Callable[[], object] | None = None
+) -> "Outcome":
+    """A deterministic lock race: ``change`` runs in a transaction on a thread (and connection) of its own and keeps
+    what it locked, uncommitted; then ``before_act`` (here, e.g. to check that the change is not visible yet), then
+    ``act`` starts on another thread; once a backend waits for a lock, ``change`` commits. Returns ``act``'s
+    outcome; ``change`` must not fail. Synchronised by events and the database's lock waits, never by sleeping."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction.atomic():
+            change()
+            held.set()
+            assert release.wait(timeout=60)
+
+    holder = ThreadRun(hold, name="holder")
+    try:
+        assert held.wait(timeout=60)
+        if before_act is not None:
+            before_act()
+        actor = ThreadRun(act, name="actor")
+        wait_for_lock_waiters(1)
+    finally:
+        release.set()
+        changed = holder.join()
+    assert changed.error is None, changed.error
+    return actor.join()

@@ -12,9 +12,9 @@ import threading
 
 import pytest
 from django.core.management import call_command
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
-from devtools.testing import ThreadRun, assert_invariants, run_concurrently, wait_for_lock_waiters
+from devtools.testing import ThreadRun, act_while_held, assert_invariants, run_concurrently, wait_for_lock_waiters
 from inventory import reserve, services
 from inventory.admin.product_form import product_version
 from inventory.exceptions import StockConflict
@@ -353,25 +353,15 @@ def buy_while_the_orders_bucket_runs_short(product, customer):
     """Buckets 0 and 1 hold one unit each; an ops adjustment takes bucket 0's unit and holds the product's rows; a
     checkout whose order's bucket is 0 waits for it, and once it waits the adjustment commits. Returns the outcome."""
     next_order_id(0, 2)
-    held, release = threading.Event(), threading.Event()
 
-    def adjust():
-        with transaction.atomic():
-            services.stock_adjust(product_id=product.pk, delta=-1, note="one unit damaged")
-            held.set()
-            assert release.wait(timeout=60)
+    def not_committed_yet():
+        assert bucket_stock(product) == {0: 1, 1: 1}
 
-    adjustment = ThreadRun(adjust, name="adjustment")
-    try:
-        assert held.wait(timeout=60)
-        assert bucket_stock(product) == {0: 1, 1: 1}  # the adjustment's change is not committed yet
-        buyer = ThreadRun(lambda: place_order(customer=customer, items=[(product.pk, 1)]), name="buyer")
-        wait_for_lock_waiters(1)
-    finally:
-        release.set()
-        adjusted = adjustment.join()
-    assert adjusted.error is None, adjusted.error
-    return buyer.join()
+    return act_while_held(
+        change=lambda: services.stock_adjust(product_id=product.pk, delta=-1, note="one unit damaged"),
+        before_act=not_committed_yet,
+        act=lambda: place_order(customer=customer, items=[(product.pk, 1)]),
+    )
 
 
 @pytest.mark.django_db(transaction=True)

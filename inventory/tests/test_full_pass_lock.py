@@ -8,12 +8,9 @@ move units by those figures. Reading the rows without the lock, it plans its mov
 true, and its own reservation finds the target bucket short (``InventoryCorrupted``, a 500) every time.
 """
 
-import threading
-
 import pytest
-from django.db import transaction
 
-from devtools.testing import ThreadRun, assert_invariants, wait_for_lock_waiters
+from devtools.testing import act_while_held, assert_invariants
 from inventory import buckets, services
 from inventory.exceptions import InventoryCorrupted
 from inventory.models import StockBucket, StockMovement
@@ -26,30 +23,15 @@ def stock(product):
     return {bucket: (available, reserved) for bucket, available, reserved in rows}
 
 
-def hold_an_adjustment(product, *, held, release):
-    """On a connection of its own: take one unit out of the product (ops: a damaged unit) and keep the transaction
-    open, with its row locks, until ``release`` is set; then commit."""
-    with transaction.atomic():
-        services.stock_adjust(product_id=product.pk, delta=-1, note="one unit damaged")
-        held.set()
-        assert release.wait(timeout=60)
-
-
 def buy_five_while_bucket_0_changes(product, customer):
-    """Bucket 0 and 1 hold 3 units each; the adjustment takes one from bucket 0 and holds its row; a checkout of 5
-    (more than any bucket) starts, and once it waits for a lock, the adjustment commits. Returns the outcome."""
+    """Bucket 0 and 1 hold 3 units each; an ops adjustment takes one damaged unit from bucket 0 and holds its row; a
+    checkout of 5 (more than any bucket) starts, and once it waits for a lock, the adjustment commits. Returns the
+    outcome."""
     assert stock(product) == {0: (3, 0), 1: (3, 0)}
-    held, release = threading.Event(), threading.Event()
-    holder = ThreadRun(lambda: hold_an_adjustment(product, held=held, release=release), name="adjustment")
-    try:
-        assert held.wait(timeout=60)
-        buyer = ThreadRun(lambda: place_order(customer=customer, items=[(product.pk, 5)]), name="buyer")
-        wait_for_lock_waiters(1)  # the checkout waits for bucket 0's row, which the adjustment holds
-    finally:
-        release.set()
-        adjusted = holder.join()
-    assert adjusted.error is None, adjusted.error
-    return buyer.join()
+    return act_while_held(
+        change=lambda: services.stock_adjust(product_id=product.pk, delta=-1, note="one unit damaged"),
+        act=lambda: place_order(customer=customer, items=[(product.pk, 5)]),
+    )
 
 
 @pytest.mark.django_db(transaction=True)

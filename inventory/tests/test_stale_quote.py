@@ -8,12 +8,10 @@ quote read, then moves bucket 0's units away, so bucket 0 is short while the pro
 controls take the second look out (``_has_other_stock_rows`` answering no) and get the false sold-out.
 """
 
-import threading
-
 import pytest
 from django.db import connection, transaction
 
-from devtools.testing import ThreadRun, assert_invariants, wait_for_lock_waiters
+from devtools.testing import ThreadRun, act_while_held, assert_invariants
 from inventory import buckets, reserve, services
 from inventory.exceptions import StockConflict
 from inventory.models import StockBucket
@@ -91,32 +89,14 @@ def test_control_without_the_second_look_it_is_a_false_sold_out(make_product, cu
     assert units(raised) == (8, 0)  # every unit still there: the refusal was false
 
 
-def hold_a_new_bucket_count(product_id: int, *, buckets: int, held, release) -> None:
-    """On a connection of its own: a new bucket count (rows added, units moved into them), kept uncommitted with its
-    row locks until ``release`` is set; then committed."""
-    with transaction.atomic():
-        services.stock_buckets_set(product_id=product_id, buckets=buckets)
-        held.set()
-        assert release.wait(timeout=60)
-
-
-def buy_five_while_k_goes_from_4_to_8(product, customer, *, lock_all=None):
+def buy_five_while_k_goes_from_4_to_8(product, customer):
     """8 units in 4 buckets (2 each). A new bucket count of 8 moves one unit of each into 4 new rows and holds every
     row; a checkout of 5 (more than any bucket) reads its quote, goes to the full pass and waits for bucket 0; then
     the new count commits. The full pass must count the units in the rows that appeared while it waited."""
-    held, release = threading.Event(), threading.Event()
-    holder = ThreadRun(
-        lambda: hold_a_new_bucket_count(product.pk, buckets=8, held=held, release=release), name="new bucket count"
+    return act_while_held(
+        change=lambda: services.stock_buckets_set(product_id=product.pk, buckets=8),
+        act=lambda: place_order(customer=customer, items=[(product.pk, 5)]),
     )
-    try:
-        assert held.wait(timeout=60)
-        buyer = ThreadRun(lambda: place_order(customer=customer, items=[(product.pk, 5)]), name="buyer")
-        wait_for_lock_waiters(1)  # the full pass waits for bucket 0's row
-    finally:
-        release.set()
-        changed = holder.join()
-    assert changed.error is None, changed.error
-    return buyer.join()
 
 
 @pytest.mark.django_db(transaction=True)
