@@ -115,8 +115,9 @@ GUNICORN_TIMEOUT = env.int("GUNICORN_TIMEOUT", default=30)
 # The database URL points at PgBouncer in transaction mode (no startup ``options``; see _database()).
 PGBOUNCER = env.bool("DB_PGBOUNCER", default=False)
 # Server-side prepared statements (psycopg's prepare_threshold with Django's server-side binding): a statement a
-# connection has run PREPARE_THRESHOLD times is parsed and planned once and then only executed, which takes about
-# 0.8-1.0 ms of the primary's CPU off every checkout (docs/benchmarks.md#issue-26). On by default on a direct
+# connection has run PREPARE_THRESHOLD times is parsed once and then only planned and executed (the checkout's
+# statements are planned once too: skincare.db.generic_plans), about 0.65 ms of the primary's CPU off every checkout
+# (docs/benchmarks.md#issue-26). On by default on a direct
 # connection; PgBouncer 1.18 in transaction mode cannot keep a prepared statement (it lives in one server session),
 # so it is off with DB_PGBOUNCER=true and asking for both refuses to start. Unknown values are errors.
 _PREPARED = env.str("DB_PREPARED_STATEMENTS", default="").strip().lower()
