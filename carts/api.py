@@ -13,7 +13,14 @@ from carts import schemas, selectors, services
 from carts.exceptions import CartExpired, CartNotFound
 from carts.models import Cart
 from carts.selectors import CartView
-from payments.api import CheckoutEndpoint, checkout_response, idempotency_key, request_fingerprint
+from payments.api import (
+    CheckoutEndpoint,
+    checkout_customer,
+    idempotency_key,
+    keyed_checkout_response,
+    order_created,
+    request_fingerprint,
+)
 from skincare import validation
 from skincare.api import authenticated_customer
 
@@ -81,19 +88,18 @@ class CartDetailApi(APIView):
 
 
 class CartCheckoutApi(CheckoutEndpoint):
-    """``POST /v1/carts/<id>/checkout``: answered like ``POST /v1/checkout`` (``payments.api.checkout_response``),
+    """``POST /v1/carts/<id>/checkout``: answered like ``POST /v1/checkout`` (``payments.api``),
     the cart's items standing in for the body."""
 
     @schemas.CART_CHECKOUT
     def post(self, request: Request, cart_id: str) -> Response:
         parsed = parse_cart_id(cart_id)
         key = idempotency_key(request)
-        return checkout_response(
-            request,
-            key=key,
-            place=lambda customer: services.cart_checkout(customer=customer, cart_id=parsed),
-            # No body: the key's fingerprint names the cart, so one key cannot replay another cart's answer.
-            place_keyed=lambda customer, key: services.cart_checkout_idempotent(
-                customer=customer, cart_id=parsed, key=key, fingerprint=request_fingerprint({"cart_id": str(parsed)})
-            ),
+        customer = checkout_customer(request)
+        if key is None:
+            return order_created(request, services.cart_checkout(customer=customer, cart_id=parsed))
+        # No body: the key's fingerprint names the cart, so one key cannot replay another cart's answer.
+        answer = services.cart_checkout_idempotent(
+            customer=customer, cart_id=parsed, key=key, fingerprint=request_fingerprint({"cart_id": str(parsed)})
         )
+        return keyed_checkout_response(request, answer)

@@ -9,7 +9,7 @@ expires_at > now()``), its first lock after the idempotency key, if any (the loc
 then the checkout's two phases run on its items, ``payments.checkout.order_open`` and, once the cart is linked to
 its order, ``payments.checkout.order_stock_reserve``. Concurrent checkouts of one cart queue on its row, and once
 the winner commits every other one finds it ``checked_out`` (409 with its order id). Under an ``Idempotency-Key``
-the same steps run inside ``payments.checkout.run_keyed_checkout``, the keyed flow of ``/v1/checkout`` too.
+the same steps run inside ``payments.idempotency.run_keyed_checkout``, the keyed flow of ``/v1/checkout`` too.
 """
 
 import uuid
@@ -26,8 +26,8 @@ from carts.selectors import CartLine, CartView
 from inventory import selectors as inventory_selectors
 from inventory.exceptions import InvalidProduct
 from orders.selectors import OrderView
-from payments import checkout
-from payments.checkout import KeyedCheckout
+from payments import checkout, idempotency
+from payments.idempotency import KeyedCheckout
 from skincare.db import retry_transient
 from skincare.errors import DomainError
 from skincare.locks import advisory_key
@@ -215,14 +215,14 @@ def cart_checkout(*, customer: User, cart_id: uuid.UUID) -> OrderView:
 @retry_transient
 @transaction.atomic
 def cart_checkout_idempotent(*, customer: User, cart_id: uuid.UUID, key: str, fingerprint: str) -> KeyedCheckout:
-    """:func:`cart_checkout` under an ``Idempotency-Key``, by ``payments.checkout.run_keyed_checkout``, the flow
+    """:func:`cart_checkout` under an ``Idempotency-Key``, by ``payments.idempotency.run_keyed_checkout``, the flow
     ``/v1/checkout`` uses (``fingerprint`` names the cart, so one key cannot replay another cart's answer).
 
     The key is claimed first (a retry with the same key waits there and is answered from it), then the cart. A
     client error, the cart's own 404/409/410 included, is stored as the key's answer and leaves the cart as it was;
     a retryable one (with Retry-After, such as 409 sale_not_started) is not stored.
     """
-    return checkout.run_keyed_checkout(
+    return idempotency.run_keyed_checkout(
         customer=customer,
         key=key,
         fingerprint=fingerprint,

@@ -109,7 +109,7 @@ MUTATIONS = [
         "generic-plans-off",
         "the checkout no longer asks for generic plans (PostgreSQL plans the quote read and ORDER_SQL on every call)",
         "payments/checkout.py",
-        "_open_order",
+        "_read_quotes",
         "generic_plans()",
         "pass",
         ("skincare/tests/test_generic_plans.py::test_the_checkout_statements_are_planned_once",),
@@ -117,8 +117,8 @@ MUTATIONS = [
     Mutation(
         "stale-k-refuses",
         "a checkout that read K = 1 refuses when bucket 0 is short, without looking for the rows K was raised to since",
-        "inventory/reserve.py",
-        "_has_other_stock_rows",
+        "inventory/strategies.py",
+        "has_other_stock_rows",
         "return StockBucket.objects.filter(product_id=product_id).exclude(bucket=0).exists()",
         "return False",
         (
@@ -171,7 +171,7 @@ MUTATIONS = [
         "pay-after-deadline",
         "the webhook pays without checking the deadline by the database clock",
         "payments/services.py",
-        "payment_event_apply",
+        "_decide",
         "and db_now() < order.payment_expires_at",
         "",
         ("payments/tests/test_webhook_races.py::test_payment_at_the_deadline_racing_the_sweeper",),
@@ -235,8 +235,8 @@ MUTATIONS = [
     Mutation(
         "nowait-waits",
         "row_lock_nowait products wait for the row instead of answering lock_busy",
-        "inventory/reserve.py",
-        "_lock_rows",
+        "inventory/strategies.py",
+        "lock_rows",
         "select_for_update(no_key=True, nowait=nowait)",
         "select_for_update(no_key=True, nowait=False)",
         ("inventory/tests/test_strategies.py::test_nowait_answers_lock_busy_at_once_while_the_row_is_held",),
@@ -245,18 +245,18 @@ MUTATIONS = [
         "serializable-not-escalated",
         "a serializable product's checkout runs at READ COMMITTED",
         "payments/checkout.py",
-        "_open_order",
-        "raise IsolationRequired(SERIALIZABLE)",
+        "_refuse_by_quotes",
+        'raise RestartTransaction("a product\'s strategy needs another isolation level", isolation=isolation)',
         "pass",
         ("inventory/tests/test_strategies.py::test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock",),
     ),
     Mutation(
         "optimistic-no-version",
         "the optimistic update forgets to compare the version it read",
-        "inventory/reserve.py",
-        "_guarded_reserve",
-        "optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None",
-        "optimistic = False",
+        "inventory/strategies.py",
+        "Optimistic.checks_version",
+        "return line.version is not None",
+        "return False",
         (
             "inventory/tests/test_strategies.py::test_optimistic_gives_up_after_its_bound_when_the_version_keeps_changing",
         ),
@@ -264,7 +264,7 @@ MUTATIONS = [
     Mutation(
         "refusals-unbounded",
         "refusals stored under fresh Idempotency-Keys are never trimmed",
-        "payments/checkout.py",
+        "payments/idempotency.py",
         "TRIM_REFUSALS_SQL",
         "ORDER BY id DESC OFFSET %(keep)s)",
         "ORDER BY id DESC OFFSET %(keep)s LIMIT 0)",
@@ -358,7 +358,7 @@ MUTATIONS = [
         "sale-window-unchecked",
         "checkout ignores the sale window (the quote's state is never looked at)",
         "payments/checkout.py",
-        "_open_order",
+        "_refuse_by_quotes",
         "_refuse_outside_sale_window(quotes)",
         "pass",
         (
@@ -390,7 +390,7 @@ MUTATIONS = [
     Mutation(
         "retryable-refusal-stored",
         "a retryable refusal (409 lock_busy, with Retry-After) is stored under its Idempotency-Key",
-        "payments/checkout.py",
+        "payments/idempotency.py",
         "replayable",
         "return 400 <= exc.http_status < 500 and exc.retry_after is None",
         "return 400 <= exc.http_status < 500",
@@ -475,7 +475,7 @@ MUTATIONS = [
         "",
         ("carts/tests/test_carts_api.py::test_an_expired_cart_is_410_on_get_put_and_checkout_nothing_written",),
     ),
-    # Issue 27: checks that must fail closed.
+    # Checks that must fail closed.
     Mutation(
         "no-mode-is-development",
         "a process started with no DJANGO_ENV runs development mode (the production switch fails open)",
@@ -489,9 +489,9 @@ MUTATIONS = [
         "currency-unchecked",
         "a payment event in another currency pays the order",
         "payments/services.py",
-        "payment_event_apply",
-        "elif currency != order.currency:",
-        "elif False:",
+        "_decide",
+        "if currency != order.currency:",
+        "if False:",
         ("payments/tests/test_webhook.py::test_another_currency_is_a_mismatch_never_a_payment",),
     ),
     Mutation(
@@ -519,8 +519,8 @@ MUTATIONS = [
     Mutation(
         "window-not-rechecked",
         "ORDER_SQL decides the sale window by the transaction's start, not by its own statement's clock",
-        "payments/checkout.py",
-        "ORDER_SQL",
+        "orders/services.py",
+        "ORDER_ROWS_SQL",
         "AND p.sale_ends_at <= statement_timestamp())",
         "AND p.sale_ends_at <= now())",
         (
@@ -565,7 +565,7 @@ MUTATIONS = [
         "return str(raw).strip()[:USERNAME_MAX_LENGTH]",
         ("skincare/tests/test_login_lockout.py::test_a_fullwidth_spelling_of_a_locked_username_is_the_same_lock",),
     ),
-    # Issue 25: the waiting room.
+    # The waiting room.
     Mutation(
         "queue-no-shuffle",
         "passes that joined before the opening are placed in arrival order, not by their random draw",

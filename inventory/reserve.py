@@ -1,50 +1,37 @@
 """A checkout's reservations: units move from available to reserved (:func:`stock_reserve`), and back
 (:func:`stock_release`) or out of the shop (:func:`stock_consume`) when the reservation ends.
 
-The reserve path, by the product's strategy and its stock rows (docs/strategies.md):
+Each product of an order is reserved one of four ways (docs/strategies.md), in ascending product id:
 
-=================================  ==========================================================================
-one product, one stock row         the strategy's lock, if any (``row_lock[_nowait]``: ``FOR NO KEY UPDATE
-                                   [NOWAIT]``; ``advisory``: its advisory key), then :data:`RESERVE_SQL` on
-                                   bucket 0 (``optimistic``: :data:`RESERVE_AT_VERSION_SQL`, a lost check reruns
-                                   the transaction)
-several products, one row each     advisory keys, then every bucket-0 row ``FOR NO KEY UPDATE [NOWAIT]`` in
-                                   ascending id, then :data:`RESERVE_SQL` for each (no version check)
-a bucketed product (K > 1)         :data:`CLAIM_BUCKET_SQL` (a free bucket, ``SKIP LOCKED``, the order's
-                                   own first), else :data:`CLAIM_WAITING_SQL` up to :data:`WAITING_PASSES` times
-                                   (waits for the order's bucket), else the full pass
-bucket 0 short, more stock rows    the full pass: every stock row of the product in bucket order, refused only
-                                   when their total is short; units gathered into one bucket below K, reserved
-                                   there with :data:`RESERVE_SQL`
-=================================  ==========================================================================
-
-A multi-product order with a bucketed product (or one with more stock rows than K) reserves product by product, in
-ascending id, each by its row of the table.
+* **one row**: the product's strategy (``inventory.strategies``: a row lock, an advisory key, a version check, or
+  nothing), then :data:`RESERVE_SQL` on bucket 0, the guarded update every strategy ends with; several one-row
+  products lock their rows together first;
+* **a bucket claim** (a bucketed product, K > 1): :data:`CLAIM_BUCKET_SQL`, a free bucket, ``SKIP LOCKED``;
+* **a waiting claim**: :data:`CLAIM_WAITING_SQL`, waiting for the order's bucket, up to :data:`WAITING_PASSES`
+  times;
+* **the full pass**: every stock row of the product in bucket order, refused only when their total is short (a
+  bucketed product whose claims found nothing, or a product whose bucket 0 is short while it has other rows).
 
 Every reservation is made by one statement built from :data:`_RESERVE_TEMPLATE`: the guarded UPDATE of one stock
-row, the reserve ledger row naming that bucket (the only place reserve ledger rows are written) and, when the bucket
-taken is not the one the reservation names (``payments.checkout.ORDER_SQL`` writes every reservation with bucket 0),
-the reservation's ``bucket``. One round trip, so the stock row is still locked by the last statement before COMMIT.
-Release and consumption take the units from the bucket the reservation names (:class:`HeldUnits`); a reservation
-without one, or whose bucket does not hold its units, is :class:`InventoryCorrupted`.
+row, its reserve ledger row, and the bucket it took named on the reservation. Release and consumption take the units
+from the bucket the reservation names (:class:`ReservedUnits`); a reservation without one, or whose bucket does not
+hold its units, is :class:`InventoryCorrupted`.
 
-Stock rows are locked in ascending product id, last (the lock order is in ``skincare.locks``). These functions run
-inside the caller's transaction with ``savepoint=False``: no SAVEPOINT/RELEASE round trips, and a failure aborts
-the whole transaction.
+Stock rows are lock order step 8 (``skincare.locks``), advisory keys step 7. These functions run inside the caller's
+transaction with ``savepoint=False``: no SAVEPOINT/RELEASE round trips, and a failure aborts the whole transaction.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from django.conf import settings
-from django.db import OperationalError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F
 
-from inventory import soldout
+from inventory import soldout, strategies
 from inventory.buckets import LedgerRow, guarded_update, ledger_append, lock_all_buckets, move_between_buckets, spread
-from inventory.exceptions import InventoryCorrupted, LockBusy, StockConflict
-from inventory.models import InventoryStrategy, StockBucket, StockMovement
-from skincare.db import RetryTransaction, sqlstate
+from inventory.exceptions import InventoryCorrupted, StockConflict
+from inventory.models import InventoryStrategy, StockMovement
+from inventory.strategies import GuardedUpdate, strategy_of
 from skincare.locks import advisory_xact_lock, require_transaction
 
 Reason = StockMovement.Reason
@@ -52,14 +39,15 @@ Reason = StockMovement.Reason
 
 # The one statement that reserves units for a reservation, and the only writer of reserve ledger rows: it takes
 # ``qty`` units from the stock row ``pick`` names (a fixed bucket, or a bucket chosen by a sub-select), writes the
-# reserve ledger row naming that bucket and, when the reservation names another bucket (ORDER_SQL writes every
-# reservation with bucket 0), names the bucket it took on the reservation: all in one round trip, so the stock row
+# reserve ledger row naming that bucket and, when the reservation names another bucket (``orders.services.
+# ORDER_ROWS_SQL`` writes every reservation with bucket 0), names the bucket it took on the reservation: all in one round trip, so the stock row
 # lock is still taken by the last statement before COMMIT. ``guard`` adds a condition to the guarded UPDATE.
 # PostgreSQL re-checks ``available_stock >= qty`` on the newest row version once it holds the row lock, so two
 # buyers cannot both take the last unit. Returns the bucket taken; no row: nothing was taken (short, or the guard
 # failed), and nothing was written.
-# (The reservation belongs to orders; it is written here because the bucket is known only once this statement
-# holds it, and a second statement would lengthen the time a hot stock row is locked.)
+# (The reservation belongs to orders; its bucket is written here because the bucket is known only once this
+# statement holds it, a second statement would lengthen the time a hot stock row is locked, and inventory cannot
+# call orders. Every other write of a reservation is orders'.)
 _RESERVE_TEMPLATE = """
 WITH pick AS (
     {pick}
@@ -106,7 +94,7 @@ RESERVE_AT_VERSION_SQL = _reserve_statement(
 # its snapshot: concurrent checkouts hold consecutive order ids, so N waiters queue N/K to a bucket, each queue first
 # come first served, and none holds one bucket of a product while it waits for another of it (no row back: that
 # bucket ran short while we waited). The lock clause is the only difference between the two. Measured against a
-# random bucket and other claims: docs/benchmarks.md#the-bucket-claim-measured-issue-26-item-3.
+# random bucket and other claims: docs/benchmarks.md#decisions.
 # mod() rather than %: in a psycopg statement % starts a parameter.
 _CLAIM_PICK = """
 SELECT bucket FROM stock_buckets
@@ -133,42 +121,6 @@ class ReserveLine(NamedTuple):
     stock_rows: int = 1
 
 
-def _lock_rows(*, product_ids: list[int], nowait: bool) -> dict[int, int]:
-    """``SELECT … FOR NO KEY UPDATE [NOWAIT]`` of the products' bucket-0 rows, ascending; returns available stock by
-    id. With NOWAIT a row that another transaction holds is :class:`LockBusy` (409) at once instead of a wait."""
-    rows = (
-        StockBucket.objects.select_for_update(no_key=True, nowait=nowait)
-        .filter(product_id__in=product_ids, bucket=0)
-        .order_by("product_id")
-        .values_list("product_id", "available_stock")
-    )
-    if not nowait:
-        return dict(rows)
-    try:
-        return dict(rows)
-    except OperationalError as exc:
-        if sqlstate(exc) == "55P03":
-            raise LockBusy(product_ids=product_ids) from exc
-        raise
-
-
-def _refuse_short(*, lines: Sequence[ReserveLine], available: Mapping[int, int]) -> None:
-    """Refuse the products whose locked bucket-0 row is short. A short product that has other stock rows now had its K
-    raised after the quote read: the transaction runs again from the start, and its fresh quote sends the product
-    through the full pass (locking its other rows here would break the lock order: we hold later products' rows)."""
-    short = [line.product_id for line in lines if available.get(line.product_id, 0) < line.qty]
-    if any(_has_other_stock_rows(pid) for pid in short):
-        raise RetryTransaction(
-            "stock rows added since the quote read",
-            give_up=StockConflict(product_ids=short),
-            max_attempts=settings.DB_TRANSIENT_RETRIES + 1,
-        )
-    for pid in short:
-        soldout.remember_short(pid, available_at_most=available.get(pid, 0))
-    if short:
-        raise StockConflict(product_ids=short)
-
-
 def _reserve_in(sql: str, line: ReserveLine, *, order_id: int, **params: Any) -> int | None:
     """Run one reserve statement (:func:`_reserve_statement`) for ``line``; the bucket it took, or None."""
     with connection.cursor() as cursor:
@@ -177,48 +129,83 @@ def _reserve_in(sql: str, line: ReserveLine, *, order_id: int, **params: Any) ->
     return None if row is None else row[0]
 
 
-def _guarded_reserve(line: ReserveLine, *, order_id: int) -> None:
-    """The step every strategy ends with: the reserve statement on bucket 0 (at the version seen, for an optimistic
-    product). A product with more stock rows than bucket 0 (its K was lowered) is refused only after the full pass."""
-    optimistic = line.strategy == InventoryStrategy.OPTIMISTIC and line.version is not None
-    if optimistic:
+@transaction.atomic(savepoint=False)
+def stock_reserve(*, order_id: int, lines: Sequence[ReserveLine]) -> None:
+    """Move units from available to reserved for ``order_id``, one :class:`ReserveLine` per product (ascending id):
+    the advisory keys its strategies take first, then each product by one row (:func:`_reserve_one_row`), or by a
+    bucket claim, a waiting claim and the full pass (:func:`_reserve_bucketed`). Several products with one stock row
+    each are locked together first (:func:`_reserve_rows_together`). Only a one-product order checks a version.
+
+    Each reserve statement writes its reserve ledger row and names the bucket on the reservation (see
+    :data:`_RESERVE_TEMPLATE`), so the stock row locks are taken by the last statements before COMMIT. Raises
+    :class:`StockConflict` naming the product that is short; the caller's transaction then rolls back.
+    """
+    require_transaction()
+    lines = sorted(lines)
+    advisory = [line.product_id for line in lines if strategy_of(line).advisory_key]
+    if advisory:
+        advisory_xact_lock(space="inventory_product", idents=advisory)
+    if len(lines) > 1:
+        lines = [line._replace(version=None) for line in lines]
+        if all(line.bucket_count == 1 and line.stock_rows == 1 for line in lines):
+            _reserve_rows_together(lines, order_id=order_id)
+            return
+    for line in lines:
+        if line.bucket_count > 1:
+            _reserve_bucketed(line, order_id=order_id)
+        else:
+            _reserve_one_row(line, order_id=order_id)
+
+
+def _reserve_rows_together(lines: Sequence[ReserveLine], *, order_id: int) -> None:
+    """Several products with one stock row each: every row locked first (lock order step 8; ``NOWAIT`` when one of their
+    strategies says so), so that no two checkouts each hold one row the other needs and the conflict names every
+    short product; then the guarded update of each."""
+    nowait = any(strategy_of(line).nowait for line in lines)
+    strategies.refuse_short(
+        lines=lines, available=strategies.lock_rows(product_ids=[line.product_id for line in lines], nowait=nowait)
+    )
+    for line in lines:
+        _guarded_reserve(line, strategy_of(line), order_id=order_id)
+
+
+def _reserve_one_row(line: ReserveLine, *, order_id: int) -> None:
+    """One row: the product's strategy's step (``inventory.strategies``), then its guarded update. For the strategies
+    without a step the guarded update is the whole protection: it takes the row lock and re-checks the stock (and a
+    version, when checked) under it."""
+    strategy = strategy_of(line)
+    strategy.before_update(line)
+    _guarded_reserve(line, strategy, order_id=order_id)
+
+
+def _guarded_reserve(line: ReserveLine, strategy: GuardedUpdate, *, order_id: int) -> None:
+    """The step every strategy ends with: the reserve statement on bucket 0 (at the version seen, when the strategy
+    checks it). A product with more stock rows than bucket 0 (its K was lowered, or raised since the quote read) is
+    refused only after the full pass."""
+    if strategy.checks_version(line):
         taken = _reserve_in(RESERVE_AT_VERSION_SQL, line, order_id=order_id, bucket=0, version=line.version)
     else:
         taken = _reserve_in(RESERVE_SQL, line, order_id=order_id, bucket=0)
     if taken is not None:
         return
-    if line.stock_rows > 1 or (not optimistic and _has_other_stock_rows(line.product_id)):
+    if line.stock_rows == 1:
+        strategy.update_lost(line)  # a lost version check runs the transaction again
+    if line.stock_rows > 1 or strategies.has_other_stock_rows(line.product_id):
         _reserve_from_all(line, order_id=order_id)
         return
-    if optimistic:
-        # Either the stock ran out or someone changed the row since we read it: let the runner try again from
-        # the start (a fresh read decides which); after the bound the customer gets 409 stock_conflict.
-        raise RetryTransaction(
-            "optimistic version check lost",
-            give_up=StockConflict(product_ids=[line.product_id], gave_up_after=settings.INVENTORY_OPTIMISTIC_ATTEMPTS),
-            max_attempts=settings.INVENTORY_OPTIMISTIC_ATTEMPTS,
-        )
     soldout.remember_short(line.product_id, available_at_most=line.qty - 1)
     raise StockConflict(product_ids=[line.product_id])
 
 
-def _has_other_stock_rows(product_id: int) -> bool:
-    """Whether the product has stock rows besides bucket 0 now (a fresh read, no lock). Asked only when bucket 0 came
-    up short for a product the quote saw with one row: K may have been raised since the quote read (ops spreading
-    the units while the sale runs), and then the units are in the new rows, not gone. The optimistic strategy never
-    asks: it has one row (buckets are ``guarded_update``'s), and its lost check reruns the whole transaction."""
-    return StockBucket.objects.filter(product_id=product_id).exclude(bucket=0).exists()
-
-
 def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
-    """A bucketed product (docs/strategies.md#stock-buckets): a free bucket without waiting, the order's own first;
-    else wait for the order's bucket (or the next one round the ring with the units); else the full pass, which
-    refuses only when the product really lacks them.
+    """A bucketed product (docs/strategies.md#stock-buckets): a bucket claim (a free bucket without waiting, the
+    order's own first); else a waiting claim (the order's bucket, or the next one round the ring with the units);
+    else the full pass, which refuses only when the product really lacks them.
 
-    The attempts run after one savepoint, rolled back to when an attempt comes back empty (ROLLBACK TO keeps the
+    The claims run after one savepoint, rolled back to when a claim comes back empty (ROLLBACK TO keeps the
     savepoint for the next). A statement that found a row changed since its snapshot locks the row's newest version
     before it re-checks it, and keeps that lock even when the re-check fails; rolling back to the savepoint lets go of
-    it, so the next attempt (and the full pass, which takes the buckets in order) waits while holding no bucket of
+    it, so the next claim (and the full pass, which takes the buckets in order) waits while holding no bucket of
     this product: no deadlock (docs/locking.md). The SAVEPOINT is sent before the claim, so it does not lengthen the
     time a bucket is held."""
     attempt = transaction.savepoint()
@@ -232,7 +219,8 @@ def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
 def _reserve_from_all(line: ReserveLine, *, order_id: int) -> None:
     """The full pass: lock every stock row of the product (ascending), refuse if their total is short (a true
     sold-out), else move units into the bucket below K that holds the most (``rebalance`` ledger rows, taken from
-    the fullest rows first, as :func:`inventory.buckets.spread` takes them) and reserve there with the reserve statement."""
+    the fullest rows first, as :func:`inventory.buckets.spread` takes them) and reserve there with the reserve
+    statement."""
     available = lock_all_buckets(product_id=line.product_id)
     total = sum(available.values())
     if total < line.qty:
@@ -251,62 +239,7 @@ def _reserve_from_all(line: ReserveLine, *, order_id: int) -> None:
         raise InventoryCorrupted(product_ids=[line.product_id])  # rows locked, units moved: only corruption
 
 
-@transaction.atomic(savepoint=False)
-def stock_reserve(*, order_id: int, lines: Sequence[ReserveLine]) -> None:
-    """Move units from available to reserved for ``order_id``, one :class:`ReserveLine` per product, each by its
-    product's strategy (docs/strategies.md):
-
-    * ``guarded_update``, ``serializable``: the reserve statement on bucket 0 alone (the caller runs
-      ``serializable`` at that isolation level); a bucketed product (K > 1, guarded_update only) claims a bucket;
-    * ``row_lock`` / ``row_lock_nowait``: ``SELECT … FOR NO KEY UPDATE`` (``NOWAIT``: 409 ``lock_busy`` if busy),
-      then the reserve statement;
-    * ``optimistic``: the reserve statement with ``version = <seen>``; a lost race reruns the transaction;
-    * ``advisory``: ``pg_advisory_xact_lock`` on the product's key, then the reserve statement.
-
-    A product whose bucket 0 is short while it has other stock rows (K was lowered), and a bucketed product whose
-    claim and waiting passes found no bucket, get the full pass (:func:`_reserve_from_all`).
-
-    Several products (a multi-product order): advisory keys of the advisory products (ascending); then, when every
-    product has one stock row, every row locked in ascending id with ``FOR NO KEY UPDATE`` (``NOWAIT`` if any
-    product is ``row_lock_nowait``) and the reserve statements; an order with a bucketed product (or one with more
-    stock rows) reserves product by product, ascending, each by its own rule. The version check is not used there.
-
-    Each reserve statement writes its reserve ledger row and names the bucket on the reservation (see
-    :data:`_RESERVE_TEMPLATE`), so the stock row locks are taken by the last statements before COMMIT. Raises
-    :class:`StockConflict` naming the product that is short; the caller's transaction then rolls back.
-    """
-    require_transaction()
-    lines = sorted(lines)
-    advisory = [line.product_id for line in lines if line.strategy == InventoryStrategy.ADVISORY]
-    if advisory:
-        advisory_xact_lock(space="inventory_product", idents=advisory)
-    one_row = all(line.bucket_count == 1 and line.stock_rows == 1 for line in lines)
-    if len(lines) > 1 and one_row:
-        # Several rows: lock them all in ascending id order first, so that no two checkouts can each hold
-        # one row the other needs, and so that the conflict can name every short product.
-        nowait = any(line.strategy == InventoryStrategy.ROW_LOCK_NOWAIT for line in lines)
-        _refuse_short(lines=lines, available=_lock_rows(product_ids=[line.product_id for line in lines], nowait=nowait))
-        for line in lines:
-            _guarded_reserve(line._replace(version=None), order_id=order_id)
-        return
-    for line in lines:  # ascending product id
-        if len(lines) > 1:
-            line = line._replace(version=None)
-        if line.bucket_count > 1:
-            _reserve_bucketed(line, order_id=order_id)
-            continue
-        if line.strategy in (InventoryStrategy.ROW_LOCK, InventoryStrategy.ROW_LOCK_NOWAIT):
-            available = _lock_rows(
-                product_ids=[line.product_id], nowait=line.strategy == InventoryStrategy.ROW_LOCK_NOWAIT
-            )
-            if line.stock_rows == 1:
-                _refuse_short(lines=[line], available=available)
-        # For the other strategies this statement is the whole protection: it takes the row lock and re-checks
-        # available_stock (and, optimistic, the version) under it.
-        _guarded_reserve(line, order_id=order_id)
-
-
-class HeldUnits(NamedTuple):
+class ReservedUnits(NamedTuple):
     """Units one reservation holds: ``qty`` of a product for an order, in the stock row ``bucket`` it names."""
 
     order_id: int
@@ -315,7 +248,7 @@ class HeldUnits(NamedTuple):
     qty: int
 
 
-def _move_reserved(*, lines: Sequence[HeldUnits], reason: str, back_to_available: bool) -> None:
+def _move_reserved(*, lines: Sequence[ReservedUnits], reason: str, back_to_available: bool) -> None:
     """Take units out of ``reserved_stock`` (and back into ``available_stock`` when ``back_to_available``), in the
     bucket each reservation names: one summed guarded update per (product, bucket), ascending, and one ledger row per
     line so that every unit stays traceable to its order. A reservation without a bucket, or whose bucket does not
@@ -348,7 +281,7 @@ def _move_reserved(*, lines: Sequence[HeldUnits], reason: str, back_to_available
 
 
 @transaction.atomic(savepoint=False)
-def stock_release(*, lines: Sequence[HeldUnits], reason: str) -> None:
+def stock_release(*, lines: Sequence[ReservedUnits], reason: str) -> None:
     """Return reserved units to available (reservations expired or cancelled)."""
     if reason not in (Reason.EXPIRE, Reason.CANCEL):
         raise ValueError(f"stock_release cannot record reason {reason!r}")
@@ -356,6 +289,6 @@ def stock_release(*, lines: Sequence[HeldUnits], reason: str) -> None:
 
 
 @transaction.atomic(savepoint=False)
-def stock_consume(*, lines: Sequence[HeldUnits]) -> None:
+def stock_consume(*, lines: Sequence[ReservedUnits]) -> None:
     """Reserved units leave the shop: their orders were paid."""
     _move_reserved(lines=lines, reason=Reason.CONSUME, back_to_available=False)

@@ -1,8 +1,9 @@
 """Product reads for the API, carts and the checkout: one statement each, no lock.
 
 A product's stock is the sum over its stock rows (:data:`STOCK_SUM_SQL`), and its sale window and unit price are
-decided by the database clock (:data:`SALE_STATE_SQL`, :data:`UNIT_PRICE_SQL`); the checkout's quote read
-(``payments.checkout.QUOTES_SQL``) and the cart read (``carts.selectors``) use the same fragments.
+decided by the database clock (:data:`SALE_STATE_SQL`, :data:`UNIT_PRICE_SQL`): one definition each, which every
+statement that needs them uses (the checkout's quote read ``payments.checkout.QUOTES_SQL``, the cart read
+``carts.selectors``, the waiting room, the audit).
 """
 
 from datetime import datetime
@@ -27,12 +28,14 @@ UNIT_PRICE_SQL = f"""CASE WHEN p.sale_price IS NOT NULL AND ({SALE_STATE_SQL}) =
 
 
 # A product's stock, summed over its stock rows (``stock_buckets``), joined to ``products p`` as ``stock``: its
-# ``available_stock``, ``version_sum`` (the sum of the rows' versions) and ``stock_rows``. The one way a read sums
-# stock (the product API, a cart, a checkout's quotes). A LATERAL join reads the product's own rows only (a join with
-# the ``inventories`` view would sum every product's first). No stock row: NULLs (callers COALESCE).
+# ``available_stock``, ``reserved_stock``, ``version_sum`` (the sum of the rows' versions) and ``stock_rows``. The one
+# definition of a product's stock sum: the product API, a cart, a checkout's quotes and the audit read it here (a
+# column a statement does not select is not computed: PostgreSQL drops unused outputs of a sub-select). A LATERAL join
+# reads the product's own rows only (a join with the ``inventories`` view would sum every product's first; the view
+# is the seed's read and the admin's model). No stock row: NULLs (callers COALESCE).
 STOCK_SUM_SQL = """LEFT JOIN LATERAL (
-    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.version)::bigint AS version_sum,
-           count(*)::integer AS stock_rows
+    SELECT sum(b.available_stock)::integer AS available_stock, sum(b.reserved_stock)::integer AS reserved_stock,
+           sum(b.version)::bigint AS version_sum, count(*)::integer AS stock_rows
       FROM stock_buckets b WHERE b.product_id = p.id
 ) stock ON true"""
 

@@ -10,6 +10,7 @@ import dataclasses
 from django.db import connection, transaction
 
 from inventory.models import StockMovement
+from inventory.selectors import STOCK_SUM_SQL
 from orders.models import OrderStatus, ReservationStatus
 
 # Status values come from the TextChoices; they are constants, interpolated once when this module loads.
@@ -20,24 +21,24 @@ CONSUME, RESERVE = StockMovement.Reason.CONSUME.value, StockMovement.Reason.RESE
 
 CHECKS: dict[str, str] = {
     "negative_stock": """
-        SELECT product_id, format('available=%%s reserved=%%s', available_stock, reserved_stock)
-        FROM inventories WHERE available_stock < 0 OR reserved_stock < 0
+        SELECT p.id, format('available=%%s reserved=%%s', stock.available_stock, stock.reserved_stock)
+        FROM products p {STOCK_SUM_SQL} WHERE stock.available_stock < 0 OR stock.reserved_stock < 0
     """,
     "reserved_vs_active_reservations": """
-        SELECT i.product_id, format('reserved_stock=%%s but active reservations hold %%s', i.reserved_stock, COALESCE(r.qty, 0))
-        FROM inventories i
+        SELECT p.id, format('reserved_stock=%%s but active reservations hold %%s', stock.reserved_stock, COALESCE(r.qty, 0))
+        FROM products p {STOCK_SUM_SQL}
         LEFT JOIN (SELECT product_id, SUM(qty) AS qty FROM inventory_reservations WHERE status = '{ACTIVE}' GROUP BY product_id) r
-               ON r.product_id = i.product_id
-        WHERE i.reserved_stock <> COALESCE(r.qty, 0)
+               ON r.product_id = p.id
+        WHERE stock.reserved_stock <> COALESCE(r.qty, 0)
     """,
     "counters_vs_ledger": """
-        SELECT i.product_id,
+        SELECT p.id,
                format('counters available=%%s reserved=%%s but the ledger adds up to available=%%s reserved=%%s',
-                      i.available_stock, i.reserved_stock, COALESCE(m.available, 0), COALESCE(m.reserved, 0))
-        FROM inventories i
+                      stock.available_stock, stock.reserved_stock, COALESCE(m.available, 0), COALESCE(m.reserved, 0))
+        FROM products p {STOCK_SUM_SQL}
         LEFT JOIN (SELECT product_id, SUM(available_delta) AS available, SUM(reserved_delta) AS reserved
-                   FROM stock_movements GROUP BY product_id) m ON m.product_id = i.product_id
-        WHERE i.available_stock <> COALESCE(m.available, 0) OR i.reserved_stock <> COALESCE(m.reserved, 0)
+                   FROM stock_movements GROUP BY product_id) m ON m.product_id = p.id
+        WHERE stock.available_stock <> COALESCE(m.available, 0) OR stock.reserved_stock <> COALESCE(m.reserved, 0)
     """,
     "bucket_counters_vs_ledger": """
         SELECT b.product_id,
@@ -105,6 +106,7 @@ _VALUES = {
     "CANCELLED": CANCELLED,
     "CONSUME": CONSUME,
     "RESERVE": RESERVE,
+    "STOCK_SUM_SQL": STOCK_SUM_SQL,
 }
 CHECKS = {name: sql.format(**_VALUES) for name, sql in CHECKS.items()}
 

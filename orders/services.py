@@ -1,25 +1,70 @@
 """Order state machine: ``pending_payment`` → ``paid`` | ``cancelled``. (An order is born ``pending_payment`` by
 checkout, ``payments.checkout``, whose one statement writes it with everything that belongs to it.)
 
-Every transition is a conditional update (``WHERE status = 'pending_payment'``) made under the lock order in
-``skincare.locks`` (steps 5, 6 and 8). Each reservation's units
-go back to, or leave from, the stock row (bucket) the reservation names (``inventory.reserve``).
+Every transition is a conditional update (``WHERE status = 'pending_payment'``) taking lock order steps 5, 6 and 8
+(``skincare.locks``). Each reservation's units go back to, or leave from, the stock row (bucket) the reservation
+names (``inventory.reserve``). The reservation rows (``Reservation``) are orders': they are written here, by
+``payments.checkout.ORDER_SQL`` (inserted with their order) and, for the bucket a reservation names, by the reserve
+statement of ``inventory.reserve``.
 """
 
 import dataclasses
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models.functions import Now
 
 from inventory import reserve as inventory_reserve
 from inventory.models import StockMovement
-from inventory.reserve import HeldUnits
+from inventory.reserve import ReservedUnits
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.locks import lock_active_reservations, lock_due_orders, lock_order
 from orders.models import Order, Reservation
 from skincare.db import db_now, retry_transient
+
+# A new order's rows, as the first common table expressions of the checkout's one writing statement
+# (``payments.checkout.ORDER_SQL``, which adds the payment attempt and reads the customer's counts): ``new_order``,
+# ``line`` (the lines as given), ``new_lines`` and ``new_reservations``. The only place orders, their lines and their
+# reservations are created. ``now()`` is the transaction's start: the order's deadline and every reservation's expiry
+# are that one instant by the database's clock. Each reservation names bucket 0, a one-row product's only stock row;
+# the reserve statement that takes a bucketed product's units names the bucket it took (``inventory.reserve``).
+ORDER_ROWS_SQL = """
+new_order AS (
+    INSERT INTO orders (customer_id, status, payment_expires_at, total, currency, created_at, updated_at)
+    SELECT %(customer_id)s, %(pending_payment)s, now() + make_interval(secs => %(ttl_seconds)s), %(total)s,
+           %(currency)s, statement_timestamp(), statement_timestamp()
+    -- The sale window decided again by this statement's own clock (the quote used the transaction's start, and
+    -- waits since may have outlasted sale_ends_at): nothing at all is written once a window has closed.
+    WHERE NOT EXISTS (SELECT 1 FROM products p
+                       WHERE p.id = ANY(%(product_ids)s::bigint[]) AND p.sale_ends_at <= statement_timestamp())
+    RETURNING id, total, created_at, payment_expires_at
+), line AS (
+    SELECT * FROM unnest(%(product_ids)s::bigint[], %(qtys)s::integer[], %(prices)s::numeric[])
+        AS line(product_id, qty, unit_price)
+), new_lines AS (
+    INSERT INTO order_lines (order_id, product_id, qty, unit_price)
+    SELECT new_order.id, line.product_id, line.qty, line.unit_price FROM new_order, line
+), new_reservations AS (
+    INSERT INTO inventory_reservations (order_id, product_id, qty, bucket, status, expires_at, created_at,
+                                        updated_at)
+    SELECT new_order.id, line.product_id, line.qty, 0, %(active)s, new_order.payment_expires_at,
+           new_order.created_at, new_order.created_at
+    FROM new_order, line
+)
+"""
+# The values of the statuses ORDER_ROWS_SQL writes (the models' choices, checked by their constraints).
+ORDER_ROWS_CONSTANTS = {
+    "pending_payment": Order.Status.PENDING_PAYMENT.value,
+    "active": Reservation.Status.ACTIVE.value,
+    "currency": settings.SHOP_CURRENCY,  # the shop's currency (checked at start-up, skincare.E012)
+}
+
+
+def _reservations_end(*, reservations: list[Reservation], status: str) -> None:
+    """The active reservations of locked orders end (``expired``, ``cancelled`` or ``consumed``)."""
+    Reservation.objects.filter(pk__in=[r.pk for r in reservations]).update(status=status, updated_at=Now())
 
 
 @dataclasses.dataclass
@@ -38,7 +83,7 @@ def _close_pending(
     """
     reservations = lock_active_reservations(order_ids=order_ids)
     # Each reservation's units leave the stock row it names (inventory refuses one that names none).
-    lines = [HeldUnits(r.order_id, r.product_id, r.bucket, r.qty) for r in reservations]
+    lines = [ReservedUnits(r.order_id, r.product_id, r.bucket, r.qty) for r in reservations]
     if paid:
         changes: dict[str, Any] = {"status": Order.Status.PAID}
     else:
@@ -47,9 +92,7 @@ def _close_pending(
         updated_at=Now(), **changes
     )
     if reservations:
-        Reservation.objects.filter(pk__in=[r.pk for r in reservations]).update(
-            status=reservation_status, updated_at=Now()
-        )
+        _reservations_end(reservations=reservations, status=reservation_status)
         # Stock rows last: they are the contended ones, locked only for these updates and the COMMIT.
         if paid:
             inventory_reserve.stock_consume(lines=lines)

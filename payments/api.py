@@ -2,7 +2,6 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -14,8 +13,8 @@ from rest_framework.response import Response
 
 from orders.api import order_data
 from orders.selectors import OrderView
-from payments import checkout, schemas, services, signing
-from payments.checkout import KeyedCheckout
+from payments import checkout, idempotency, ratelimit, schemas, services, signing
+from payments.idempotency import KeyedCheckout
 from skincare import metrics, validation
 from skincare.api import authenticated_customer
 from skincare.errors import InvalidInput
@@ -47,22 +46,22 @@ def request_fingerprint(data: Any) -> str:
     return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-def checkout_response(
-    request: Request,
-    *,
-    key: str | None,
-    place: Callable[[User], OrderView],
-    place_keyed: Callable[[User, str], KeyedCheckout],
-) -> Response:
-    """The rest of both checkout views (``/v1/checkout``, ``/v1/carts/<id>/checkout``) once they have parsed their
-    request, ``key`` included (:func:`idempotency_key`): count the checkout against the rate limit, place it
-    (``place_keyed(customer, key)`` under a key, else ``place(customer)``) and render the answer: 201 with the order
-    (``orders.api.order_data``), or a stored refusal as it was stored; ``Idempotent-Replayed: true`` on a replay."""
+def checkout_customer(request: Request) -> User:
+    """The customer placing a checkout (either checkout view, once it has parsed its request), with this checkout
+    counted against the rate limit (``payments.ratelimit``: 429 over it)."""
     customer = authenticated_customer(request)
-    checkout.checkout_rate_limit(customer=customer)
-    if key is None:
-        return Response(order_data(request, place(customer)), status=201)
-    answer = place_keyed(customer, key)
+    ratelimit.checkout_rate_limit(customer=customer)
+    return customer
+
+
+def order_created(request: Request, order: OrderView) -> Response:
+    """201 with the order placed (``orders.api.order_data``)."""
+    return Response(order_data(request, order), status=201)
+
+
+def keyed_checkout_response(request: Request, answer: KeyedCheckout) -> Response:
+    """The answer of a checkout under an ``Idempotency-Key``: 201 with the order, or a stored refusal as it was
+    stored; ``Idempotent-Replayed: true`` on a replay."""
     headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
     if answer.refusal is not None:
         return Response(answer.refusal.body, status=answer.refusal.http_status, headers=headers)
@@ -84,14 +83,13 @@ class CheckoutApi(CheckoutEndpoint):
     def post(self, request: Request) -> Response:
         key = idempotency_key(request)
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
-        return checkout_response(
-            request,
-            key=key,
-            place=lambda customer: checkout.checkout(customer=customer, items=items),
-            place_keyed=lambda customer, key: checkout.checkout_idempotent(
-                customer=customer, items=items, key=key, fingerprint=request_fingerprint(request.data)
-            ),
+        customer = checkout_customer(request)
+        if key is None:
+            return order_created(request, checkout.checkout(customer=customer, items=items))
+        answer = idempotency.checkout_idempotent(
+            customer=customer, items=items, key=key, fingerprint=request_fingerprint(request.data)
         )
+        return keyed_checkout_response(request, answer)
 
 
 # A payment event's currency: three capital letters (compared with the order's, payments.services).

@@ -9,7 +9,7 @@ class PaymentsConfig(AppConfig):
         from orders.payment_links import register_payment_url_builder
         from orders.sale_report import register_payments_source
         from payments import checks  # noqa: F401 - registers the system checks
-        from payments.checkout import idempotency_keys_prune
+        from payments.idempotency import idempotency_keys_prune
         from payments.reporting import payments_for_report
         from payments.sandbox import payment_url
         from payments.services import processed_events_prune

@@ -2,8 +2,9 @@
 
 import json
 import logging
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -65,6 +66,56 @@ def _recorded_charge(*, order: Order, provider_reference: str) -> PaymentAttempt
     return attempts.order_by("id").first()
 
 
+class Decision(NamedTuple):
+    """What one event does to a locked order: its outcome, the attempt to save (None: nothing recorded) and the
+    order's transition (``orders.services``), if any."""
+
+    outcome: str
+    attempt: PaymentAttempt | None = None
+    transition: Callable[..., Order] | None = None
+
+
+def _decide(*, order: Order, event_type: str, amount: Decimal, currency: str, provider_reference: str) -> Decision:
+    """The outcome of one event for ``order`` (locked), by the rules of :func:`payment_event_apply`; locks the
+    order's latest payment attempt (lock order step 6)."""
+    latest = PaymentAttempt.objects.select_for_update(no_key=True).filter(order=order).order_by("-id").first()
+
+    def open_attempt(status: str) -> PaymentAttempt:
+        # An attempt that recorded money (succeeded, refund_required, amount_mismatch) is never rewritten:
+        # that charge must stay visible, with its reference, for refunds and reconciliation. Only a pending
+        # or failed attempt is reused; otherwise the event gets an attempt of its own.
+        reusable = latest is not None and latest.status in (PaymentAttempt.Status.PENDING, PaymentAttempt.Status.FAILED)
+        attempt = latest if reusable and latest is not None else PaymentAttempt(order=order, amount=order.total)
+        attempt.status = status
+        return attempt
+
+    recorded = _recorded_charge(order=order, provider_reference=provider_reference)
+    if event_type == EVENT_FAILED:
+        return Decision(Outcome.FAILED, open_attempt(PaymentAttempt.Status.FAILED) if recorded is None else None)
+    if recorded is not None:
+        # This charge was reported before under another event id and its money is already on record.
+        return Decision(
+            Outcome.ALREADY_PAID if recorded.status == PaymentAttempt.Status.SUCCEEDED else Outcome(recorded.status)
+        )
+    if order.status == Order.Status.PAID:
+        # A second successful charge for a paid order: keep the money visible for a refund.
+        refund = PaymentAttempt(order=order, amount=order.total, status=PaymentAttempt.Status.REFUND_REQUIRED)
+        return Decision(Outcome.REFUND_REQUIRED, refund)
+    if currency != order.currency:
+        return Decision(Outcome.CURRENCY_MISMATCH, open_attempt(PaymentAttempt.Status.CURRENCY_MISMATCH))
+    if amount != order.total:
+        return Decision(Outcome.AMOUNT_MISMATCH, open_attempt(PaymentAttempt.Status.AMOUNT_MISMATCH))
+    if (
+        order.status == Order.Status.PENDING_PAYMENT
+        and order.payment_expires_at is not None
+        and db_now() < order.payment_expires_at
+    ):
+        return Decision(Outcome.PAID, open_attempt(PaymentAttempt.Status.SUCCEEDED), order_services.order_mark_paid)
+    # Late: the order expired (maybe the sweeper has not run yet) or was cancelled. Never resurrect it.
+    expire = order_services.order_expire if order.status == Order.Status.PENDING_PAYMENT else None
+    return Decision(Outcome.REFUND_REQUIRED, open_attempt(PaymentAttempt.Status.REFUND_REQUIRED), expire)
+
+
 @retry_transient
 @transaction.atomic
 def payment_event_apply(
@@ -81,71 +132,23 @@ def payment_event_apply(
 
     ``duplicate`` (already applied: nothing changes), ``paid``, ``currency_mismatch`` / ``amount_mismatch`` (money
     in another currency than the order's, or another amount: recorded, order untouched, for ops; the currency is
-    compared first, so 129,000 of any other currency never pays a 129,000 IDR order), ``refund_required`` (money for an order that is no longer payable: the order stays
-    cancelled, no stock is re-reserved), ``already_paid``, ``failed``. A charge already on record (same
-    provider reference, reported again under a new event id) changes nothing and reports that attempt's
-    outcome again.
+    compared first, so 129,000 of any other currency never pays a 129,000 IDR order), ``refund_required`` (money for
+    an order that is no longer payable: the order stays cancelled, no stock is re-reserved), ``already_paid``,
+    ``failed``. A charge already on record (same provider reference, reported again under a new event id) changes
+    nothing and reports that attempt's outcome again (:func:`_decide`).
 
-    Locks: steps 1, 5, 6 and 8 of ``skincare.locks`` (the event id first, the stock rows by the last statements).
+    Locks: lock order steps 1, 5, 6 and 8 (``skincare.locks``).
     """
     if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
         return Outcome.DUPLICATE
     order = lock_order(order_id=order_id)
     if order is None:
         raise OrderNotFound(order_id=order_id)
-    latest = PaymentAttempt.objects.select_for_update(no_key=True).filter(order=order).order_by("-id").first()
     amount = Decimal(amount)
-
-    def open_attempt() -> PaymentAttempt:
-        # An attempt that recorded money (succeeded, refund_required, amount_mismatch) is never rewritten:
-        # that charge must stay visible, with its reference, for refunds and reconciliation. Only a pending
-        # or failed attempt is reused; otherwise the event gets an attempt of its own.
-        if latest is not None and latest.status in (PaymentAttempt.Status.PENDING, PaymentAttempt.Status.FAILED):
-            return latest
-        return PaymentAttempt(order=order, amount=order.total)
-
-    transition = None
-    attempt = None
-    recorded = _recorded_charge(order=order, provider_reference=provider_reference)
-    if event_type == EVENT_FAILED:
-        outcome = Outcome.FAILED
-        if recorded is None:
-            attempt = open_attempt()
-            attempt.status = PaymentAttempt.Status.FAILED
-    elif recorded is not None:
-        # This charge was reported before under another event id and its money is already on record.
-        outcome = (
-            Outcome.ALREADY_PAID if recorded.status == PaymentAttempt.Status.SUCCEEDED else Outcome(recorded.status)
-        )
-    elif order.status == Order.Status.PAID:
-        # A second successful charge for a paid order: keep the money visible for a refund.
-        outcome = Outcome.REFUND_REQUIRED
-        attempt = PaymentAttempt(order=order, amount=order.total, status=PaymentAttempt.Status.REFUND_REQUIRED)
-    elif currency != order.currency:
-        outcome = Outcome.CURRENCY_MISMATCH
-        attempt = open_attempt()
-        attempt.status = PaymentAttempt.Status.CURRENCY_MISMATCH
-    elif amount != order.total:
-        outcome = Outcome.AMOUNT_MISMATCH
-        attempt = open_attempt()
-        attempt.status = PaymentAttempt.Status.AMOUNT_MISMATCH
-    elif (
-        order.status == Order.Status.PENDING_PAYMENT
-        and order.payment_expires_at is not None
-        and db_now() < order.payment_expires_at
-    ):
-        outcome = Outcome.PAID
-        attempt = open_attempt()
-        attempt.status = PaymentAttempt.Status.SUCCEEDED
-        transition = order_services.order_mark_paid
-    else:
-        # Late: the order expired (maybe the sweeper has not run yet) or was cancelled. Never resurrect it.
-        outcome = Outcome.REFUND_REQUIRED
-        attempt = open_attempt()
-        attempt.status = PaymentAttempt.Status.REFUND_REQUIRED
-        if order.status == Order.Status.PENDING_PAYMENT:
-            transition = order_services.order_expire
-
+    decision = _decide(
+        order=order, event_type=event_type, amount=amount, currency=currency, provider_reference=provider_reference
+    )
+    attempt = decision.attempt
     if attempt is not None:
         if event_type == EVENT_SUCCEEDED:
             attempt.received_amount = amount
@@ -153,9 +156,9 @@ def payment_event_apply(
         if provider_reference:
             attempt.provider_reference = provider_reference
         attempt.save()
-    _set_outcome(event_id=event_id, outcome=outcome)
-    if transition is not None:
-        transition(order=order)  # takes the reservation and stock row locks: last
-    if outcome in (Outcome.AMOUNT_MISMATCH, Outcome.CURRENCY_MISMATCH, Outcome.REFUND_REQUIRED):
-        logger.warning("payment event %s for order %s needs ops: %s", event_id, order.pk, outcome)
-    return outcome
+    _set_outcome(event_id=event_id, outcome=decision.outcome)
+    if decision.transition is not None:
+        decision.transition(order=order)  # lock order steps 6 (reservations) and 8 (stock rows): last
+    if decision.outcome in (Outcome.AMOUNT_MISMATCH, Outcome.CURRENCY_MISMATCH, Outcome.REFUND_REQUIRED):
+        logger.warning("payment event %s for order %s needs ops: %s", event_id, order.pk, decision.outcome)
+    return decision.outcome

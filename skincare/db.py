@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, models, transaction
@@ -102,26 +102,44 @@ def generic_plans() -> None:
             cursor.execute(GENERIC_PLANS_SQL)
 
 
-class RetryTransaction(Exception):
-    """Raised inside a transaction by a service that lost an optimistic race: the runner rolls the transaction
-    back and runs it again from the start (bounded, jittered). When ``max_attempts`` attempts have failed, the
-    runner raises ``give_up`` instead (a domain error the client sees)."""
+class RestartTransaction(Exception):
+    """The one signal the transaction runner (:func:`retry_transient`) restarts on: it rolls the transaction back and
+    runs it again from the start.
 
-    def __init__(self, reason: str, *, give_up: DomainError, max_attempts: int) -> None:
+    A service raises it when it lost an optimistic race (``give_up`` is then the domain error the client sees once
+    ``max_attempts`` attempts have failed), or when the transaction turns out to need a stricter ``isolation``
+    level (a product whose strategy is SERIALIZABLE: raised before anything is written, the next attempt runs at
+    that level, and it is not counted as an attempt). The runner makes one itself from PostgreSQL's deadlock or
+    serialization failure (:func:`restart_signal`). ``label`` names the cause in
+    ``skincare_db_transaction_retries_total{sqlstate}``."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        give_up: Exception | None = None,
+        max_attempts: int = 1,
+        isolation: str | None = None,
+        label: str = "version",
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.give_up = give_up
         self.max_attempts = max_attempts
+        self.isolation = isolation
+        self.label = label
 
 
-class IsolationRequired(Exception):
-    """Raised inside a transaction that turns out to need a stricter isolation level than it runs at (a product
-    whose strategy is SERIALIZABLE): the runner rolls back and runs the whole transaction again at that level.
-    Raised before anything is written, so it costs one short rolled-back transaction."""
-
-    def __init__(self, level: str) -> None:
-        super().__init__(level)
-        self.level = level
+def restart_signal(exc: BaseException) -> RestartTransaction | None:
+    """The restart ``exc`` asks for, or None: a :class:`RestartTransaction`, or a deadlock or serialization failure
+    (:data:`RETRYABLE_SQLSTATES`, which can surface at COMMIT too), retried up to ``DB_TRANSIENT_RETRIES`` more times,
+    then :class:`ServiceBusy`."""
+    if isinstance(exc, RestartTransaction):
+        return exc
+    code = sqlstate(exc) if isinstance(exc, OperationalError) else None
+    if code is None or code not in RETRYABLE_SQLSTATES:
+        return None
+    return RestartTransaction(code, give_up=ServiceBusy(), max_attempts=settings.DB_TRANSIENT_RETRIES + 1, label=code)
 
 
 SERIALIZABLE = "serializable"
@@ -158,19 +176,15 @@ def _backoff(attempt: int) -> None:
 
 
 def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
-    """The one transaction runner: runs a whole ``@transaction.atomic`` service, and runs it again from the start
+    """The one transaction runner: runs a whole ``@transaction.atomic`` service, and runs it again from the start on
+    the one restart signal (:func:`restart_signal`: a :class:`RestartTransaction`, or PostgreSQL's deadlock or
+    serialization failure), up to the bound the signal carries, then the error it carries. Backoff between attempts
+    is jittered. Inside an outer transaction nothing can be retried, so the signal is passed on for the outermost
+    caller to handle.
 
-    * when PostgreSQL reports a deadlock or a serialization failure (these can surface at COMMIT, so the retry
-      wraps the entire transaction): at most ``DB_TRANSIENT_RETRIES`` more times, then :class:`ServiceBusy`;
-    * when the service raises :class:`RetryTransaction` (an optimistic version check lost): up to the bound
-      it carries, then the domain error it carries;
-    * at SERIALIZABLE, when the service raises :class:`IsolationRequired` (not counted as an attempt).
-
-    Lock and statement timeouts become :class:`ServiceBusy`. Backoff between attempts is jittered. Inside an
-    outer transaction nothing can be retried, so the signal is passed on for the outermost caller to handle.
-
-    A lost connection becomes :class:`DatabaseUnavailable` and is never retried: if it broke during COMMIT,
-    only the database knows whether the transaction committed, and running it again could do the work twice.
+    Lock and statement timeouts become :class:`ServiceBusy`. A lost connection becomes :class:`DatabaseUnavailable`
+    and is never retried: if it broke during COMMIT, only the database knows whether the transaction committed, and
+    running it again could do the work twice.
 
     Behind PgBouncer (``DB_PGBOUNCER=true``), each attempt's transaction starts with ``SET LOCAL
     lock_timeout/statement_timeout`` (see :data:`TIMEOUTS_SQL`), sent just before its first statement; connected
@@ -180,68 +194,78 @@ def retry_transient(func: Callable[P, R]) -> Callable[P, R]:
     logged as a warning.
     """
 
-    def attempt_once(args: Any, kwargs: Any) -> R:
-        if not settings.PGBOUNCER:  # direct: the connection's startup options already bound it
-            return func(*args, **kwargs)
-        with connection.execute_wrapper(_TimeoutsOnFirstStatement()):
-            return func(*args, **kwargs)
+    def attempt_once(args: Any, kwargs: Any, isolation: str | None, attempt: int) -> R:
+        started = time.perf_counter()
+        try:
+            with _isolation(isolation):
+                if not settings.PGBOUNCER:  # direct: the connection's startup options already bound it
+                    return func(*args, **kwargs)
+                with connection.execute_wrapper(_TimeoutsOnFirstStatement()):
+                    return func(*args, **kwargs)
+        finally:
+            _log_if_slow(func.__qualname__, started=started, attempt=attempt)
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        transient_attempts = settings.DB_TRANSIENT_RETRIES + 1
-        attempt = 0
-        isolation: str | None = None
+        attempt, isolation = 1, None
         while True:
-            attempt += 1
-            started = time.perf_counter()
             try:
-                with _isolation(isolation):
-                    return attempt_once(args, kwargs)
-            except IsolationRequired as exc:
-                if connection.in_atomic_block or isolation == exc.level:
-                    raise
-                isolation = exc.level
-                attempt -= 1
-            except RetryTransaction as exc:
+                return attempt_once(args, kwargs, isolation, attempt)
+            except Exception as exc:
+                restart = restart_signal(exc)
                 if connection.in_atomic_block:
                     raise
-                if attempt >= exc.max_attempts:
-                    logger.info("%s: gave up after %d attempts (%s)", func.__qualname__, attempt, exc.reason)
-                    raise exc.give_up from exc
-                metrics.DB_RETRIES.labels(sqlstate="version").inc()
-                _backoff(attempt)
-            except (OperationalError, InterfaceError) as exc:
-                code = sqlstate(exc)
-                if connection.in_atomic_block:
+                if restart is None:
+                    _raise_unretryable(func.__qualname__, exc)
                     raise
-                if is_connection_failure(exc):
-                    logger.warning("%s: database unavailable (%s): %s", func.__qualname__, code, exc)
-                    raise DatabaseUnavailable() from exc
-                if code in BUSY_SQLSTATES:
-                    metrics.DB_BUSY.labels(sqlstate=code).inc()
-                    logger.warning("%s: database busy (%s)", func.__qualname__, code)
-                    raise ServiceBusy() from exc
-                if code not in RETRYABLE_SQLSTATES:
-                    raise
-                if attempt >= transient_attempts:
-                    metrics.DB_BUSY.labels(sqlstate=code).inc()
-                    logger.warning("%s: gave up after %d attempts (%s)", func.__qualname__, attempt, code)
-                    raise ServiceBusy() from exc
-                metrics.DB_RETRIES.labels(sqlstate=code).inc()
-                logger.info("%s: retrying after %s (attempt %d)", func.__qualname__, code, attempt)
+                if restart.isolation is not None:
+                    if isolation == restart.isolation:
+                        raise
+                    isolation = restart.isolation  # not an attempt: nothing was written
+                    continue
+                if attempt >= restart.max_attempts:
+                    _give_up(func.__qualname__, restart, attempt, exc)
+                metrics.DB_RETRIES.labels(sqlstate=restart.label).inc()
+                logger.info("%s: retrying after %s (attempt %d)", func.__qualname__, restart.reason, attempt)
                 _backoff(attempt)
-            finally:
-                elapsed_ms = (time.perf_counter() - started) * 1000
-                if elapsed_ms > settings.DB_SLOW_TRANSACTION_MS:
-                    slow_logger.warning(
-                        "slow transaction %s: %.0f ms (attempt %d)",
-                        func.__qualname__,
-                        elapsed_ms,
-                        attempt,
-                        extra={"transaction": func.__qualname__, "duration_ms": round(elapsed_ms, 1)},
-                    )
+                attempt += 1
 
     return wrapper
+
+
+def _raise_unretryable(name: str, exc: Exception) -> None:
+    """A lost connection → :class:`DatabaseUnavailable`; a lock or statement timeout → :class:`ServiceBusy`; any
+    other exception returns, for the runner to re-raise as it is."""
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return
+    code = sqlstate(exc)
+    if is_connection_failure(exc):
+        logger.warning("%s: database unavailable (%s): %s", name, code, exc)
+        raise DatabaseUnavailable() from exc
+    if code in BUSY_SQLSTATES:
+        metrics.DB_BUSY.labels(sqlstate=code).inc()
+        logger.warning("%s: database busy (%s)", name, code)
+        raise ServiceBusy() from exc
+
+
+def _give_up(name: str, restart: RestartTransaction, attempts: int, exc: Exception) -> NoReturn:
+    """The restart's bound is spent: its ``give_up`` error (a deadlock's: :class:`ServiceBusy`, counted as busy)."""
+    if isinstance(restart.give_up, ServiceBusy):
+        metrics.DB_BUSY.labels(sqlstate=restart.label).inc()
+    logger.warning("%s: gave up after %d attempts (%s)", name, attempts, restart.reason)
+    raise (restart.give_up or ServiceBusy()) from exc
+
+
+def _log_if_slow(name: str, *, started: float, attempt: int) -> None:
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    if elapsed_ms > settings.DB_SLOW_TRANSACTION_MS:
+        slow_logger.warning(
+            "slow transaction %s: %.0f ms (attempt %d)",
+            name,
+            elapsed_ms,
+            attempt,
+            extra={"transaction": name, "duration_ms": round(elapsed_ms, 1)},
+        )
 
 
 # Has this transaction written anything? PostgreSQL gives a transaction its id at its first write (a row inserted,

@@ -18,7 +18,8 @@ from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order
 from orders.selectors import OrderView
-from payments.checkout import KeyedCheckout, order_open, order_stock_reserve
+from payments.checkout import order_open, order_stock_reserve
+from payments.idempotency import KeyedCheckout
 from payments.testing import STRATEGIES
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,7 +14,7 @@ from inventory.models import Inventory, StockBucket
 from inventory.services import stock_adjust
 from inventory.tests.test_sale_window import set_window
 from orders.models import Order
-from payments import checkout
+from payments import idempotency
 from payments.models import IdempotencyKey, PaymentAttempt
 
 pytestmark = pytest.mark.django_db
@@ -369,7 +369,7 @@ def test_a_keyed_refusal_is_stored_and_the_cart_stays_open(api, make_product, se
 
 def test_a_keyed_cart_checkout_before_the_sale_is_not_stored_and_the_same_key_buys_once_it_opens(api, make_product):
     """409 sale_not_started carries Retry-After: a client that retries the cart's checkout with the same key after the
-    opening must get the order, not the refusal replayed (payments.checkout.replayable, the one rule for both
+    opening must get the order, not the refusal replayed (payments.idempotency.replayable, the one rule for both
     endpoints)."""
     product = make_product(stock=5, price="20.00")
     set_window(product, starts_in=30, ends_in=3600, price="15.00")
@@ -402,7 +402,7 @@ def test_a_keyed_cart_checkout_before_the_sale_is_not_stored_and_the_same_key_bu
 def test_control_a_stored_sale_not_started_would_burn_the_carts_key(api, make_product, monkeypatch):
     """CONTROL: with the naive rule "store every 4xx under its key", the cart's retry after the opening replays the
     409 and the cart is never bought with that key."""
-    monkeypatch.setattr(checkout, "replayable", lambda exc: 400 <= exc.http_status < 500)
+    monkeypatch.setattr(idempotency, "replayable", lambda exc: 400 <= exc.http_status < 500)
     product = make_product(stock=5)
     set_window(product, starts_in=30, ends_in=3600)
     cart = create(api, [{"product_id": product.pk, "qty": 1}])

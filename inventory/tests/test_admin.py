@@ -213,7 +213,7 @@ def test_product_edit_cannot_smuggle_a_stock_change(manager_client, shop):
             "sku": serum.sku,
             "name": "Serum, renamed",
             "price": "12.50",
-            "loaded_version": product_version(serum.pk),  # the page as loaded (issue 27's stale-page check)
+            "loaded_version": product_version(serum.pk),  # the page as loaded (the stale-page check)
             "is_active": "on",
             "inventory_strategy": "guarded_update",  # the form's select always submits a value
             "stock_buckets": "1",

@@ -507,7 +507,7 @@ def test_stock_managers_set_the_buckets_in_the_admin(make_product):
                 "is_active": "on",
                 "inventory_strategy": strategy,
                 "stock_buckets": str(buckets),
-                "loaded_version": product_version(product.pk),  # the page as loaded (issue 27)
+                "loaded_version": product_version(product.pk),  # the page as loaded
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",

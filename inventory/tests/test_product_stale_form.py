@@ -1,4 +1,4 @@
-"""A stale product page cannot write back an old sale window or price (issue 27): the page carries a digest of the
+"""A stale product page cannot write back an old sale window or price: the page carries a digest of the
 product's editable fields as loaded, and saving refuses when they changed since (+ control: with the digest of the
 current row, the same old values are written, which is what a page without the check did)."""
 

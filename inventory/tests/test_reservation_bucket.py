@@ -135,7 +135,7 @@ def test_units_without_a_bucket_are_corrupt(make_product, customer):
     product = make_product(stock=3)
     order = place_order(customer=customer, items=[(product.pk, 1)])
     with pytest.raises(InventoryCorrupted), transaction.atomic():
-        reserve.stock_release(lines=[reserve.HeldUnits(order.pk, product.pk, None, 1)], reason="cancel")
+        reserve.stock_release(lines=[reserve.ReservedUnits(order.pk, product.pk, None, 1)], reason="cancel")
     assert StockBucket.objects.get(product=product, bucket=0).reserved_stock == 1
 
 

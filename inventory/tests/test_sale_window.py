@@ -189,7 +189,7 @@ def test_stock_manager_edits_the_window_in_the_admin_and_a_viewer_cannot(make_pr
         "inventory-MIN_NUM_FORMS": "0",
         "inventory-MAX_NUM_FORMS": "1",
         "inventory-0-product": str(product.pk),
-        "loaded_version": product_version(product.pk),  # the page as loaded (issue 27's stale-page check)
+        "loaded_version": product_version(product.pk),  # the page as loaded (the stale-page check)
     }
 
     page = manager.get(url).content.decode()

@@ -80,7 +80,7 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
                 "is_active": "on",
                 "inventory_strategy": strategy,
                 "stock_buckets": "1",
-                "loaded_version": product_version(product.pk),  # the page as loaded (issue 27)
+                "loaded_version": product_version(product.pk),  # the page as loaded
                 "inventory-TOTAL_FORMS": "1",
                 "inventory-INITIAL_FORMS": "1",
                 "inventory-MIN_NUM_FORMS": "0",
@@ -111,7 +111,7 @@ def test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock(make_prod
 
 @pytest.mark.django_db
 def test_the_strategy_and_buckets_stay_in_the_admin_not_the_public_api(client, make_product):
-    """Ops internals (issue 27): the public product API shows what a shopper needs; the admin lists the strategy."""
+    """Ops internals: the public product API shows what a shopper needs; the admin lists the strategy."""
     product = make_product(stock=1, strategy=S.ADVISORY)
     shown = client.get(f"/v1/products/{product.pk}").json()
     assert shown["id"] == product.pk and shown["available_stock"] == 1

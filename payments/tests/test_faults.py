@@ -93,8 +93,8 @@ def test_checkout_connection_killed_after_its_first_statements_is_a_clean_503(
 ):
     product = make_product(stock=5)
     before = counts()
-    pause = PauseAfter(checkouts._open_order)  # order, lines, reservations, attempt written, not committed
-    monkeypatch.setattr(checkouts, "_open_order", pause)
+    pause = PauseAfter(checkouts._write_order)  # order, lines, reservations, attempt written, not committed
+    monkeypatch.setattr(checkouts, "_write_order", pause)
 
     def buy():
         if through == "api":

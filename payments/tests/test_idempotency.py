@@ -12,6 +12,7 @@ from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockBucket, StockMovement
 from orders.models import Order, Reservation
 from payments import checkout as checkouts
+from payments import idempotency
 from payments.models import IdempotencyKey, PaymentAttempt
 from skincare.errors import ServiceBusy
 
@@ -161,7 +162,7 @@ def test_a_503_is_not_stored_and_the_retry_runs(api, make_product, monkeypatch):
 
 
 def keyed_checkout(customer, product_id, key):
-    return checkouts.checkout_idempotent(
+    return idempotency.checkout_idempotent(
         customer=customer,
         items=[(product_id, 1)],
         key=key,
@@ -209,7 +210,7 @@ def test_control_without_the_key_claim_fifty_retries_make_many_orders(make_produ
             return None  # used before: replay
         return 0  # "claimed": nothing blocks the others
 
-    monkeypatch.setattr(checkouts, "claim_key", naive_claim)
+    monkeypatch.setattr(idempotency, "claim_key", naive_claim)
 
     outcomes = run_concurrently(50, lambda i: keyed_checkout(customer, product.pk, "storm"))
 

@@ -20,7 +20,7 @@ from inventory.models import Inventory, StockMovement
 from inventory.tests.test_sale_window import set_window
 from orders.audit import audit_inventory
 from orders.models import Order, OrderLine, Reservation
-from payments import checkout
+from payments import checkout, idempotency
 from payments.models import IdempotencyKey, PaymentAttempt
 from payments.testing import STRATEGIES
 from payments.tests.test_webhook import SECRET, deliver, event
@@ -192,7 +192,7 @@ def test_a_409_sale_not_started_is_not_stored_so_the_same_key_buys_once_the_sale
 @pytest.mark.django_db
 def test_control_a_stored_sale_not_started_would_replay_409_after_the_opening(api, make_product, monkeypatch):
     """CONTROL: the naive rule "store every 4xx under its key" burns the client's key before the sale opens."""
-    monkeypatch.setattr(checkout, "replayable", lambda exc: 400 <= exc.http_status < 500)
+    monkeypatch.setattr(idempotency, "replayable", lambda exc: 400 <= exc.http_status < 500)
     product = make_product(stock=5)
     set_window(product, starts_in=10, ends_in=60)
 

@@ -1,4 +1,4 @@
-"""The sale window is decided again where the order is written (issue 27): the quote judges the window with the
+"""The sale window is decided again where the order is written: the quote judges the window with the
 transaction's start (``now()``), and every wait after it (the customer's lock, up to DB_LOCK_TIMEOUT_MS each) used to
 let a sale-price order be written after ``sale_ends_at``. ORDER_SQL now writes nothing once a product's window has
 closed by its own ``statement_timestamp()``, so an order's ``created_at`` is always before ``sale_ends_at`` and only

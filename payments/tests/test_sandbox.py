@@ -459,7 +459,7 @@ def test_log_records_that_print_the_path_are_redacted() -> None:
 
 def test_gunicorns_error_log_is_redacted_too() -> None:
     """gunicorn's own error log (``Error handling request <uri>``, a traceback that quotes the link) is redacted
-    like its access log (issue 27)."""
+    like its access log."""
     from gunicorn.config import Config
 
     from skincare.logs import RedactingGunicornLogger

@@ -257,7 +257,7 @@ MALFORMED_BODIES = {
     # The column is NUMERIC(12, 2): a larger figure can never be stored, so it is bad input, not a 500.
     "amount beyond the column": (_with(amount="10000000000.00"), "invalid_request", "amount"),
     "amount huge exponent": (_with(amount="1E+30"), "invalid_request", "amount"),
-    # Every event carries its currency (issue 27): without one the amount means nothing.
+    # Every event carries its currency: without one the amount means nothing.
     "no currency": (_without("currency"), "invalid_request", "currency"),
     "currency lowercase": (_with(currency="idr"), "invalid_request", "currency"),
     "currency number": (_with(currency=360), "invalid_request", "currency"),

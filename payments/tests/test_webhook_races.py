@@ -369,7 +369,7 @@ def naive_payment_apply(*, event_id, order_id, checked):
         # Trusting the check, the handler applies the payment: the order's reservations are consumed.
         reservations = list(Reservation.objects.filter(order_id=order_id).order_by("product_id"))
         inventory_reserve.stock_consume(
-            lines=[inventory_reserve.HeldUnits(r.order_id, r.product_id, r.bucket, r.qty) for r in reservations]
+            lines=[inventory_reserve.ReservedUnits(r.order_id, r.product_id, r.bucket, r.qty) for r in reservations]
         )
         Reservation.objects.filter(order_id=order_id).update(status="consumed")
         Order.objects.filter(pk=order_id).update(status="paid")
