@@ -31,7 +31,7 @@ from inventory import soldout, strategies
 from inventory.buckets import LedgerRow, guarded_update, ledger_append, lock_all_buckets, move_between_buckets, spread
 from inventory.exceptions import InventoryCorrupted, StockConflict
 from inventory.models import InventoryStrategy, StockMovement
-from inventory.strategies import GuardedUpdate, strategy_of
+from inventory.strategies import Strategy, strategy_of
 from skincare.locks import advisory_xact_lock, require_transaction
 
 Reason = StockMovement.Reason
@@ -39,9 +39,9 @@ Reason = StockMovement.Reason
 
 # The one statement that reserves units for a reservation, and the only writer of reserve ledger rows: it takes
 # ``qty`` units from the stock row ``pick`` names (a fixed bucket, or a bucket chosen by a sub-select), writes the
-# reserve ledger row naming that bucket and, when the reservation names another bucket (``orders.services.
-# ORDER_ROWS_SQL`` writes every reservation with bucket 0), names the bucket it took on the reservation: all in one round trip, so the stock row
-# lock is still taken by the last statement before COMMIT. ``guard`` adds a condition to the guarded UPDATE.
+# reserve ledger row naming that bucket and, when the reservation names another bucket
+# (``orders.services.ORDER_ROWS_SQL`` writes every reservation with bucket 0), names the bucket it took on the
+# reservation: all in one round trip, so the stock row lock is still taken by the last statement before COMMIT. ``guard`` adds a condition to the guarded UPDATE.
 # PostgreSQL re-checks ``available_stock >= qty`` on the newest row version once it holds the row lock, so two
 # buyers cannot both take the last unit. Returns the bucket taken; no row: nothing was taken (short, or the guard
 # failed), and nothing was written.
@@ -178,7 +178,7 @@ def _reserve_one_row(line: ReserveLine, *, order_id: int) -> None:
     _guarded_reserve(line, strategy, order_id=order_id)
 
 
-def _guarded_reserve(line: ReserveLine, strategy: GuardedUpdate, *, order_id: int) -> None:
+def _guarded_reserve(line: ReserveLine, strategy: Strategy, *, order_id: int) -> None:
     """The step every strategy ends with: the reserve statement on bucket 0 (at the version seen, when the strategy
     checks it). A product with more stock rows than bucket 0 (its K was lowered, or raised since the quote read) is
     refused only after the full pass."""

@@ -36,10 +36,11 @@ if TYPE_CHECKING:
     from inventory.reserve import ReserveLine
 
 
-class GuardedUpdate:
-    """Nothing before the guarded update: the UPDATE takes the row lock and re-checks the stock under it."""
+class Strategy:
+    """What a product's inventory strategy does around the guarded update. The defaults are ``guarded_update``'s:
+    nothing."""
 
-    name = InventoryStrategy.GUARDED_UPDATE
+    name: str
     advisory_key = False  # takes the product's advisory key before any stock row (lock order step 7)
     nowait = False  # its stock row lock answers lock_busy instead of waiting
     isolation: str | None = None  # the checkout's transaction runs at this level (None: READ COMMITTED)
@@ -57,7 +58,13 @@ class GuardedUpdate:
         the reserve path looks for stock rows added since the quote read, then refuses)."""
 
 
-class RowLock(GuardedUpdate):
+class GuardedUpdate(Strategy):
+    """Nothing before the guarded update: the UPDATE takes the row lock and re-checks the stock under it."""
+
+    name = InventoryStrategy.GUARDED_UPDATE
+
+
+class RowLock(Strategy):
     """``SELECT … FOR NO KEY UPDATE`` of the stock row first (waits its turn), and a short row refused under it."""
 
     name = InventoryStrategy.ROW_LOCK
@@ -75,7 +82,7 @@ class RowLockNowait(RowLock):
     nowait = True
 
 
-class Optimistic(GuardedUpdate):
+class Optimistic(Strategy):
     """Nothing before; the guarded update also requires the version the checkout's quote read (a one-product order
     only), and a lost check runs the whole transaction again, up to ``INVENTORY_OPTIMISTIC_ATTEMPTS`` attempts."""
 
@@ -96,7 +103,7 @@ class Optimistic(GuardedUpdate):
         )
 
 
-class Advisory(GuardedUpdate):
+class Advisory(Strategy):
     """``pg_advisory_xact_lock`` on the product's key first (transaction-scoped: works behind a transaction-mode
     pooler); taken for every advisory product of the order (lock order step 7)."""
 
@@ -104,7 +111,7 @@ class Advisory(GuardedUpdate):
     advisory_key = True
 
 
-class Serializable(GuardedUpdate):
+class Serializable(Strategy):
     """Nothing before the guarded update: the checkout's whole transaction runs at SERIALIZABLE (the checkout
     restarts at that level when its quote read finds such a product)."""
 
@@ -112,13 +119,13 @@ class Serializable(GuardedUpdate):
     isolation = SERIALIZABLE
 
 
-STRATEGIES: dict[str, GuardedUpdate] = {
+STRATEGIES: dict[str, Strategy] = {
     strategy.name: strategy
     for strategy in (GuardedUpdate(), RowLock(), RowLockNowait(), Optimistic(), Advisory(), Serializable())
 }
 
 
-def strategy_of(line: "ReserveLine") -> GuardedUpdate:
+def strategy_of(line: "ReserveLine") -> Strategy:
     """The strategy object of ``line``'s product; an unknown name is an error (the column's constraint allows none)."""
     try:
         return STRATEGIES[line.strategy]

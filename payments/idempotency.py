@@ -129,8 +129,8 @@ def run_keyed_checkout(
 
     The key is claimed by the transaction's first statement (:data:`CLAIM_KEY_SQL`); a key used before is answered by
     :func:`replay`. Then a savepoint, ``open_order()``, the order stored as the key's 201 answer, and
-    ``payments.checkout.order_stock_reserve``: the answer is stored before the stock is reserved, so no extra statement runs while a
-    stock row is locked. A replayable client error (:func:`replayable`: 409 stock_conflict, 422 invalid_product, a
+    ``payments.checkout.order_stock_reserve``: the answer is stored before the stock is reserved, so no extra
+    statement runs while a stock row is locked. A replayable client error (:func:`replayable`: 409 stock_conflict, 422 invalid_product, a
     cart's 404/409/410, …) rolls back to the savepoint and is stored as the answer instead. A retryable error (with
     Retry-After) or a 5xx rolls the whole transaction back, the key included, so a retry with the key runs again.
     """
@@ -162,8 +162,8 @@ def run_keyed_checkout(
 def checkout_idempotent(
     *, customer: User, items: Iterable[tuple[int, int]], key: str, fingerprint: str
 ) -> KeyedCheckout:
-    """``payments.checkout.checkout`` under an ``Idempotency-Key`` (scoped to the customer; ``fingerprint`` is the request body's),
-    by :func:`run_keyed_checkout`. The same key with another body → IdempotencyKeyReused."""
+    """``payments.checkout.checkout`` under an ``Idempotency-Key`` (scoped to the customer; ``fingerprint`` is the
+    request body's), by :func:`run_keyed_checkout`. The same key with another body → IdempotencyKeyReused."""
     return run_keyed_checkout(
         customer=customer,
         key=key,
