@@ -12,7 +12,7 @@ PORT ?= 8000
 STATIC_STAMP := staticfiles/.collected
 
 # Every target here is development tooling, so it asks for development explicitly: unset is production
-# (skincare/modes.py). `make run`'s .env says so too, for the commands typed beside it.
+# (config/modes.py). `make run`'s .env says so too, for the commands typed beside it.
 export DJANGO_ENV := development
 
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
@@ -41,12 +41,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 setup: $(STAMP)
 
 # Development settings live in .env (git-ignored), written with labelled demo values when missing
-# (devtools/devenv.py). With DATABASE_URL set, that database is used as is; otherwise the embedded server is
-# started (reused if running).
+# (devtools/devenv.py). With DATABASE_URL set (exported, or a line of your own in .env), that database is used as
+# is; otherwise the embedded server is started (reused if running) and its DATABASE_URL written to .env.
 db: setup
-	@$(PY) -m devtools.devenv
-	@if [ -z "$$DATABASE_URL" ]; then $(PY) -m devtools.devdb ensure >/dev/null && echo "embedded PostgreSQL 18 up (.data/pg)"; \
-	else echo "using DATABASE_URL"; fi
+	@$(PY) -m devtools.devenv --database
 
 migrate: db
 	$(PY) manage.py migrate --noinput -v0
@@ -62,7 +60,7 @@ $(STATIC_STAMP): $(STAMP) $(wildcard */static/*/*) | db
 
 # The web server and the sweeper, both from the Procfile, run by honcho: one Ctrl-C or SIGTERM stops both (honcho
 # sends SIGTERM to each one's process group, SIGKILL after 5 s). `-e /dev/null`: honcho's own .env loading would
-# override exported variables; skincare.settings reads .env itself, with the environment winning. PYTHONUNBUFFERED:
+# override exported variables; config.settings reads .env itself, with the environment winning. PYTHONUNBUFFERED:
 # honcho reads both through pipes, so each line shows when it is printed.
 run: demo $(STATIC_STAMP)
 	@$(PY) -m devtools.devenv --banner --port $(PORT) --sweep-interval $(SWEEP_INTERVAL)
@@ -145,7 +143,7 @@ loadtest: demo
 loadtest-queue: demo
 	$(PY) -m bench.loadtest --only queue
 
-# The throughput benchmark (bench.run, its strategy matrix, stock buckets, WAL and HOT), then every goal of issue 26
+# The throughput benchmark (bench.run, its strategy matrix, stock buckets, WAL and HOT), then every benchmark goal
 # beside the baseline of the same run, the framework's floor included (bench.goals, about 8 minutes).
 bench: demo
 	$(PY) -m bench.run

@@ -1,15 +1,22 @@
 """The development settings' one place: writes the git-ignored ``.env`` at the repository root with the labelled
 demo values (``skincare.demo.DEV_ENV``) when it does not exist, and prints where ``make run`` serves.
 
-``python -m devtools.devenv`` (``make db`` and ``make run`` run it): an existing ``.env`` is left alone, so a
-developer's own values stay. ``skincare.settings`` reads the file outside production; an exported variable wins.
+``python -m devtools.devenv`` (``make run`` runs it): an existing ``.env`` is left alone, so a developer's own values
+stay. ``python -m devtools.devenv --database`` (``make db``) also starts the embedded PostgreSQL and writes its
+``DATABASE_URL`` to ``.env``, unless a database is given (``DATABASE_URL`` exported, or a line of the developer's own
+in ``.env``). ``config.settings`` reads the file outside production, like any other setting (it never imports
+development tooling); an exported variable wins.
 """
 
 import argparse
 import os
+import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
-from skincare import demo, modes
+from config import modes
+from devtools import devdb
+from skincare import demo
 
 ROOT = Path(__file__).resolve().parent.parent
 DOT_ENV = ROOT / ".env"
@@ -23,7 +30,7 @@ HEADER = """\
 
 def ensure_development(path: Path = DOT_ENV) -> bool:
     """An existing ``.env`` from before the production switch (no ``DJANGO_ENV`` line) asks for development
-    explicitly from now on: unset is production (skincare/modes.py). True when the line was appended."""
+    explicitly from now on: unset is production (config/modes.py). True when the line was appended."""
     if not path.exists() or modes.dot_env_value(path) is not None:
         return False
     with path.open("a") as file:
@@ -39,6 +46,40 @@ def ensure(path: Path = DOT_ENV) -> bool:
     lines = [f"{name}={value}" for name, value in demo.DEV_ENV.items()]
     path.write_text(HEADER + "\n".join(lines) + "\n")
     return True
+
+
+_DATABASE_URL_LINE = re.compile(r"^\s*(?:export\s+)?DATABASE_URL\s*=\s*(.*?)\s*$", re.MULTILINE)
+
+
+def dot_env_database_url(path: Path = DOT_ENV) -> str | None:
+    """The value of ``path``'s last ``DATABASE_URL=`` line, or None (no file, no line)."""
+    if not path.exists():
+        return None
+    found = _DATABASE_URL_LINE.findall(path.read_text())
+    return found[-1] if found else None
+
+
+def ensure_database_url(url: str, path: Path = DOT_ENV) -> bool:
+    """Give ``path`` the line ``DATABASE_URL=<url>`` (the embedded server's) unless it has a ``DATABASE_URL`` line
+    already; True when the line was added."""
+    if dot_env_database_url(path) is not None:
+        return False
+    with path.open("a") as file:
+        file.write("# The embedded PostgreSQL (make db, devtools/devdb.py); replace it to use another database\n")
+        file.write(f"DATABASE_URL={url}\n")
+    return True
+
+
+def database(path: Path = DOT_ENV) -> str:
+    """``make db``: the database development uses, started when it is the embedded one. Returns what was done."""
+    if os.environ.get("DATABASE_URL"):
+        return "using DATABASE_URL"
+    given = dot_env_database_url(path)
+    if given is not None and parse_qs(urlparse(given).query).get("host") != [str(devdb.PGDATA)]:
+        return f"using {path.name}'s DATABASE_URL"
+    url = devdb.ensure()
+    added = ensure_database_url(url, path)
+    return "embedded PostgreSQL 18 up (.data/pg)" + (f"; its DATABASE_URL written to {path.name}" if added else "")
 
 
 def banner(*, host: str, port: str, sweep_interval: str) -> str:
@@ -59,6 +100,9 @@ def banner(*, host: str, port: str, sweep_interval: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--banner", action="store_true", help="also print where `make run` serves")
+    parser.add_argument(
+        "--database", action="store_true", help="also start the embedded PostgreSQL and write its URL to .env"
+    )
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     parser.add_argument("--port", default=os.environ.get("PORT", "8000"))
     parser.add_argument("--sweep-interval", default="2")
@@ -67,6 +111,8 @@ def main() -> None:
         print(f"wrote {DOT_ENV.name} with the labelled demo settings (skincare/demo.py); edit it for your own")
     elif ensure_development():
         print(f"added DJANGO_ENV=development to {DOT_ENV.name} (unset is production)")
+    if args.database:
+        print(database(), flush=True)
     if args.banner:
         print(banner(host=args.host, port=args.port, sweep_interval=args.sweep_interval), flush=True)
 

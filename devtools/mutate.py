@@ -378,10 +378,11 @@ MUTATIONS = [
     ),
     Mutation(
         "sale-not-started-stored",
-        "a 409 sale_not_started loses its Retry-After and is stored under the Idempotency-Key",
-        "inventory/exceptions.py",
-        "SaleNotStarted.__post_init__",
-        "self.retry_after = max(retry_after_seconds, 1)",
+        "a refusal whose wait varies (409 sale_not_started) loses its Retry-After and is stored under the "
+        "Idempotency-Key",
+        "skincare/errors.py",
+        "RetryAfterError.__post_init__",
+        "self.retry_after = max(1, math.ceil(self.retry_after_seconds))",
         "self.retry_after = None",
         (
             "payments/tests/test_sale_window.py::test_a_409_sale_not_started_is_not_stored_so_the_same_key_buys_once_the_sale_opens",
@@ -475,11 +476,11 @@ MUTATIONS = [
         "",
         ("carts/tests/test_carts_api.py::test_an_expired_cart_is_410_on_get_put_and_checkout_nothing_written",),
     ),
-    # Issue 27: checks that must fail closed.
+    # Checks that must fail closed.
     Mutation(
         "no-mode-is-development",
         "a process started with no DJANGO_ENV runs development mode (the production switch fails open)",
-        "skincare/modes.py",
+        "config/modes.py",
         "mode",
         "return PRODUCTION  # nothing asked for development",
         "return DEVELOPMENT  # nothing asked for development",
@@ -550,7 +551,7 @@ MUTATIONS = [
     Mutation(
         "metrics-token-prefix",
         "/metrics accepts an empty or prefix Bearer token",
-        "skincare/monitoring.py",
+        "skincare/metrics.py",
         "bearer_matches",
         "hmac.compare_digest(given.strip().encode(), token.encode())",
         "token.startswith(given.strip())",
@@ -565,7 +566,7 @@ MUTATIONS = [
         "return str(raw).strip()[:USERNAME_MAX_LENGTH]",
         ("skincare/tests/test_login_lockout.py::test_a_fullwidth_spelling_of_a_locked_username_is_the_same_lock",),
     ),
-    # Issue 25: the waiting room.
+    # The waiting room.
     Mutation(
         "queue-no-shuffle",
         "passes that joined before the opening are placed in arrival order, not by their random draw",
@@ -745,7 +746,7 @@ def startup_error(root: Path, mutation: Mutation, env: dict[str, str]) -> str | 
     result = subprocess.run(
         [python(), "-c", STARTUP_CHECK, module_name(mutation.path)],
         cwd=root,
-        env={**env, "DJANGO_SETTINGS_MODULE": "skincare.settings"},
+        env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
         capture_output=True,
         text=True,
         check=False,

@@ -40,8 +40,8 @@ def without_runtime_dir_warning(text: str) -> list[str]:
 
 
 def setup_django_quietly() -> None:
-    """``django.setup()`` with skincare.settings unless set, and warnings silenced (bulk helpers, not tests)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    """``django.setup()`` with config.settings unless set, and warnings silenced (bulk helpers, not tests)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import warnings
 
     warnings.simplefilter("ignore")
@@ -155,23 +155,20 @@ class Gunicorn:
         conn_max_age: int = 60,
         config: str | None = None,
         extra_env: dict[str, Any] | None = None,
-        app: str = "skincare.wsgi:application",
+        app: str = "config.wsgi:application",
     ) -> None:
         self.port = free_port()
         self.app = app  # the WSGI application (bench.floor_wsgi serves the benchmark's framework floor)
         self.base = f"http://127.0.0.1:{self.port}"
-        self.config = config or "skincare/gunicorn.conf.py"
-        self.settings: dict[str, Any] = {
-            "WEB_CONCURRENCY": workers,
-            "GUNICORN_WORKER_CLASS": worker_class,
-            "GUNICORN_THREADS": threads,
-            "DB_CONN_MAX_AGE": conn_max_age,
-        }
+        self.config = config or "config/gunicorn.conf.py"
+        # The worker class is a constant of config/gunicorn.conf.py; a benchmark's other kinds of worker are given
+        # on gunicorn's command line, which wins over the configuration file.
+        self.worker_class, self.threads = worker_class, threads
+        self.settings: dict[str, Any] = {"WEB_CONCURRENCY": workers, "DB_CONN_MAX_AGE": conn_max_age}
         self.env = django_env(
             url,
             HOST="127.0.0.1",
             PORT=self.port,
-            GUNICORN_LOGLEVEL="warning",
             # As `make run` serves: Django's INFO logging, i.e. one JSON access line per request (its cost is
             # part of what is measured); management commands run by the bench stay at WARNING.
             LOG_LEVEL="INFO",
@@ -184,8 +181,8 @@ class Gunicorn:
 
     def describe(self) -> str:
         s = self.settings
-        kind = s["GUNICORN_WORKER_CLASS"] + (f"x{s['GUNICORN_THREADS']}" if s["GUNICORN_THREADS"] != 1 else "")
-        app = "" if self.app == "skincare.wsgi:application" else f", app {self.app}"
+        kind = self.worker_class + (f"x{self.threads}" if self.threads != 1 else "")
+        app = "" if self.app == "config.wsgi:application" else f", app {self.app}"
         return (
             f"{s['WEB_CONCURRENCY']} {kind} workers, DB_CONN_MAX_AGE={s['DB_CONN_MAX_AGE']}, config {self.config}{app}"
         )
@@ -194,7 +191,14 @@ class Gunicorn:
         RESULTS.mkdir(exist_ok=True)
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [str(ROOT / ".venv/bin/gunicorn"), "-c", self.config, self.app],
+            [
+                str(ROOT / ".venv/bin/gunicorn"),
+                "-c",
+                self.config,
+                f"--worker-class={self.worker_class}",
+                f"--threads={self.threads}",
+                self.app,
+            ],
             cwd=ROOT,
             env=self.env,
             stdout=self._log,

@@ -15,21 +15,9 @@ from skincare.api import authenticated_customer
 
 
 def order_data(request: HttpRequest, order: OrderView) -> dict[str, Any]:
-    """An order as every endpoint shows it (checkout's 201, a replayed 201, GET, cancel)."""
-    return {
-        "order_id": order.order_id,
-        "status": order.status,
-        "cancel_reason": order.cancel_reason,
-        "payment_expires_at": (
-            order.payment_expires_at.isoformat().replace("+00:00", "Z") if order.payment_expires_at else None
-        ),
-        "total": str(order.total),
-        "currency": order.currency,
-        "items": [
-            {"product_id": line.product_id, "qty": line.qty, "unit_price": str(line.unit_price)} for line in order.lines
-        ],
-        "payment_url": payment_url(request, order),
-    }
+    """An order as every endpoint shows it (checkout's 201, a replayed 201, GET, cancel): its JSON and where to
+    pay it."""
+    return {**order.to_json(), "payment_url": payment_url(request, order)}
 
 
 class OrderDetailApi(APIView):

@@ -14,7 +14,7 @@ from skincare.validation import parse_rate
 
 # The checks that make production refuse the demo (here and in payments/checks.py). manage.py runs exactly these
 # before any command in production, so even the commands that skip Django's system checks (shell, dbshell, ...)
-# refuse; gunicorn runs them with every other check (skincare/wsgi.py).
+# refuse; gunicorn runs them with every other check (config/wsgi.py).
 PRODUCTION_TAG = "production"
 
 
@@ -199,8 +199,7 @@ def demo_accounts_present() -> list[str]:
     """The demo accounts of ``load_demo_data`` that can still be used: an active demo user, the demo token."""
     from django.contrib.auth import get_user_model
 
-    from skincare.models import ApiToken
-    from skincare.services import api_token_digest
+    from skincare.models import ApiToken, api_token_digest
 
     found = sorted(
         get_user_model().objects.filter(username__in=demo.DEMO_USERS, is_active=True).values_list("username", flat=True)
@@ -356,9 +355,7 @@ class DemoAccountGate:
     def check() -> Any:
         import logging
 
-        from django.http import JsonResponse
-
-        from skincare.errors import error_body
+        from skincare.errors import error_response
 
         try:
             found = demo_accounts_present()
@@ -366,31 +363,22 @@ class DemoAccountGate:
             found = []
         except DatabaseError as exc:
             logging.getLogger(__name__).warning("demo-account check could not run: %s", exc)
-            response = JsonResponse(
-                {
-                    "status": "unavailable",
-                    **error_body(
-                        f"Not serving: {demo_gate.reason}; the database is unreachable.", "database_unavailable"
-                    ),
-                },
-                status=503,
+            return error_response(
+                f"Not serving: {demo_gate.reason}; the database is unreachable.",
+                "database_unavailable",
+                http_status=503,
+                retry_after=2,
+                status="unavailable",
             )
-            response["Retry-After"] = "2"
-            return response
         if found:
             demo_gate.pending(f"the database has the published demo accounts: {', '.join(found)}")
             logging.getLogger(__name__).error("refusing to serve: %s", demo_gate.reason)
-            response = JsonResponse(
-                {
-                    "status": "unavailable",
-                    **error_body(
-                        f"Not serving: {demo_gate.reason}. Run `python manage.py remove_demo_data`.",
-                        "demo_accounts_present",
-                    ),
-                },
-                status=503,
+            return error_response(
+                f"Not serving: {demo_gate.reason}. Run `python manage.py remove_demo_data`.",
+                "demo_accounts_present",
+                http_status=503,
+                retry_after=30,
+                status="unavailable",
             )
-            response["Retry-After"] = "30"
-            return response
         demo_gate.passed()
         return None

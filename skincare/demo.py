@@ -6,7 +6,7 @@ start-up refuses all of them (``skincare.checks`` and ``payments.checks``, tag `
 anywhere in the repository as a secret must be listed in ``PUBLISHED_SECRETS``
 (``skincare/tests/test_production_refuses_demo.py`` greps the repository for them).
 
-Plain constants only: ``skincare.settings`` imports this module before Django is set up.
+Plain constants only: ``config.settings`` imports this module before Django is set up.
 """
 
 # The demo shop (`make run`): the .env values and the demo accounts of `manage.py load_demo_data`.
@@ -20,7 +20,7 @@ DEMO_USERS = (DEMO_CUSTOMER, DEMO_OPS_USER)
 
 # What `make run` and `make db` write to .env when it does not exist (labelled; an exported variable wins).
 DEV_ENV = {
-    # Development is asked for explicitly: unset is production (skincare/modes.py).
+    # Development is asked for explicitly: unset is production (config/modes.py).
     "DJANGO_ENV": "development",
     "DJANGO_SECRET_KEY": DEMO_SECRET_KEY,
     "PAYMENT_WEBHOOK_SECRET": DEMO_WEBHOOK_SECRET,

@@ -1,6 +1,8 @@
 """The foundation's own tables: failed admin logins (the login throttle, skincare.middleware), customer API
 tokens (digests only) and rate-limit counters."""
 
+import hashlib
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -21,6 +23,11 @@ class AdminLoginFailure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username or '-'} from {self.client_ip or '-'} at {self.failed_at}"
+
+
+def api_token_digest(token: str) -> str:
+    """What is stored for ``token``: its SHA-256, hex."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 class ApiToken(models.Model):

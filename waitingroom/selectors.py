@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import connection
 
 from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, SECONDS_TO_START_SQL
+from skincare.timestamps import utc_z
 
 WAITING, ADMITTED, USED, EXPIRED, SOLD_OUT = "waiting", "admitted", "used", "expired", "sold_out"
 
@@ -67,9 +68,7 @@ class PassView:
             "ahead": self.ahead,
             "eta_seconds": self.eta_seconds,
             "poll_after": self.poll_after,
-            "admitted_until": None
-            if self.admitted_until is None
-            else self.admitted_until.isoformat().replace("+00:00", "Z"),
+            "admitted_until": None if self.admitted_until is None else utc_z(self.admitted_until),
             "paused": self.paused,
             "admit_per_second": self.admit_per_second,
             "units_may_return": self.units_may_return,

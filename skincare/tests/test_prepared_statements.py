@@ -1,4 +1,4 @@
-"""Server-side prepared statements (DB_PREPARED_STATEMENTS, skincare/settings.py): on by default on a direct
+"""Server-side prepared statements (DB_PREPARED_STATEMENTS, config/settings.py): on by default on a direct
 connection, off behind PgBouncer, and the one wrong combination refuses to start. `make test` runs the race,
 strategy and fault suites once more with them off, so both ways of binding parameters are covered."""
 
@@ -26,7 +26,7 @@ from payments.models import PaymentAttempt
 from skincare import db as skincare_db
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = ROOT / "skincare" / "settings.py"
+SETTINGS = ROOT / "config" / "settings.py"
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""One production switch that cannot be misspelt, and refusals that fail closed (issue 27, items 1 and 2).
+"""One production switch that cannot be misspelt, and refusals that fail closed.
 
 ``DJANGO_ENV`` is ``production`` or ``development``; anything else refuses to start and nothing at all is production
-(skincare/modes.py). Production runs Django's deployment checks at every start-up and refuses weak secrets. The
+(config/modes.py). Production runs Django's deployment checks at every start-up and refuses weak secrets. The
 demo-account check blocks serving until it has run against the database, and covers django-admin too. Every
 refusal here has its control: the same start with real values runs."""
 
@@ -18,14 +18,15 @@ from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import RequestFactory
 
-from skincare import checks, demo, modes
+from config import modes
+from skincare import checks, demo
 from skincare.tests.test_production import ROOT, manage, production_env
 
 PRINT_MODE = "import django; django.setup(); from django.conf import settings; print(settings.PRODUCTION)"
 
 
 def python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {**env, "DJANGO_SETTINGS_MODULE": "skincare.settings"}
+    env = {**env, "DJANGO_SETTINGS_MODULE": "config.settings"}
     return subprocess.run(  # noqa: S603 - our own code
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -99,7 +100,7 @@ WEAK = {
 def test_production_refuses_weak_secrets_and_failed_deployment_checks(weak: str) -> None:
     overrides, code = WEAK[weak]
     env = production_env(**overrides)
-    for result in (manage("audit_inventory", env=env), python("import skincare.wsgi", env)):
+    for result in (manage("audit_inventory", env=env), python("import config.wsgi", env)):
         assert result.returncode != 0, result.stdout
         assert code in result.stderr, result.stderr
 
@@ -118,7 +119,7 @@ def test_a_published_secret_with_surrounding_whitespace_is_still_refused(variabl
 
 
 def django_admin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {**env, "DJANGO_SETTINGS_MODULE": "skincare.settings", "PYTHONPATH": str(ROOT)}
+    env = {**env, "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONPATH": str(ROOT)}
     return subprocess.run(  # noqa: S603 - the venv's django-admin
         [str(Path(sys.executable).parent / "django-admin"), *args],
         cwd=ROOT,
@@ -148,7 +149,7 @@ DEAD_DATABASE = "postgres://nobody@127.0.0.1:9/nowhere?connect_timeout=2"
 
 BOOT_WHILE_DOWN = """
 import json
-import skincare.wsgi  # boots: the check could not run, so nothing is served until it has
+import config.wsgi  # boots: the check could not run, so nothing is served until it has
 from django.test import Client
 c = Client(HTTP_HOST="shop.example", HTTP_X_FORWARDED_PROTO="https")
 out = {}

@@ -84,7 +84,7 @@ class Command(BaseCommand):
         probe = Probe(interval=interval, audit_every=audit_every) if loop else None
         try:
             if metrics_port:
-                from skincare.monitoring import start_metrics_server  # METRICS_TOKEN, like the web's /metrics
+                from skincare.metrics import start_metrics_server  # METRICS_TOKEN, like the web's /metrics
 
                 try:
                     metrics_server, _thread = start_metrics_server(metrics_port, addr=metrics_addr)

@@ -1,4 +1,5 @@
-"""gunicorn settings; every value can be overridden from the environment."""
+"""gunicorn settings. An operator sets HOST, PORT, WEB_CONCURRENCY, GUNICORN_TIMEOUT and LOG_LEVEL
+(docs/configuration.md); the rest are the measured choices, constants here (docs/benchmarks.md#decisions)."""
 
 import atexit
 import multiprocessing
@@ -8,25 +9,42 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
-# One sync worker per core plus one: measured best with PostgreSQL on the same box (docs/benchmarks.md, the
-# `make bench --matrix` table: 2, 3, 4, 5, 8 sync workers and gthread). More workers only add context switches.
-workers = int(os.environ.get("WEB_CONCURRENCY", multiprocessing.cpu_count() + 1))
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")
-threads = int(os.environ.get("GUNICORN_THREADS", "1"))
+
+def _int(name: str, default: int) -> int:
+    """An integer setting; anything else refuses to start (fail closed)."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise SystemExit(f"{name}={value!r} is not an integer") from None
+    if number < 1:
+        raise SystemExit(f"{name} must be at least 1, not {number}")
+    return number
+
+
+bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_int('PORT', 8000)}"
+# One sync worker per core plus one: measured best with PostgreSQL on the same box (docs/benchmarks.md#decisions:
+# 2, 3, 4, 5, 8 sync workers and gthread). More workers only add context switches.
+workers = _int("WEB_CONCURRENCY", multiprocessing.cpu_count() + 1)
+worker_class = "sync"
+threads = 1
 # A flash sale opens many connections at once; let them queue in the kernel instead of being refused.
-backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
-timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+backlog = 2048
+# The time budget's outer bound (docs/reliability.md); the database timeouts must end well before it (skincare.W001).
+timeout = _int("GUNICORN_TIMEOUT", 30)
 graceful_timeout = 20
 keepalive = 5
-# gunicorn's own access log (off by default: the app writes one JSON line per request, see ACCESS_LOG).
-accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
+# No access log of gunicorn's own: the application writes one JSON line per request (ACCESS_LOG).
+accesslog = None
 errorlog = "-"
 
 
-# Its access log redacts secret path segments (a signed sandbox link): skincare.logs.RedactingGunicornLogger.
+# Its logs (and its access log, when given on the command line) redact secret path segments (a signed sandbox link):
+# skincare.logs.RedactingGunicornLogger.
 logger_class = "skincare.logs.RedactingGunicornLogger"
-loglevel = os.environ.get("GUNICORN_LOGLEVEL", "info")
+loglevel = os.environ.get("LOG_LEVEL", "INFO").strip().lower()
 
 # Prometheus multiprocess mode: every worker writes its metric values to mmap'ed files in one directory and
 # /metrics sums them. The variable must be set before a worker imports prometheus_client, i.e. here, in the

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerView
 
-from skincare import health, monitoring
+from skincare import health, metrics
 from skincare.openapi import SchemaView
 
 handler400 = "skincare.api.bad_request"
@@ -22,6 +22,6 @@ urlpatterns = [
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
-    path("metrics", monitoring.metrics_view, name="metrics"),
+    path("metrics", metrics.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
 ]

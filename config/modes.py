@@ -7,7 +7,7 @@ read (`make run` writes ``development`` there for the commands typed beside it).
 process into production but never out of it: with ``DJANGO_ENV=production`` in the environment the file is not read
 at all. The production image sets ``DJANGO_ENV=production`` itself (``Dockerfile``).
 
-Plain functions only: ``skincare.settings`` calls this before Django is set up.
+Plain functions only: ``config.settings`` calls this before Django is set up.
 """
 
 import os
