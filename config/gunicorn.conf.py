@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 
-def _int(name: str, default: int) -> int:
-    """An integer setting; anything else refuses to start (fail closed)."""
+def _int(name: str, default: int, *, minimum: int = 1) -> int:
+    """A whole number, at least ``minimum``; anything else refuses to start (fail closed)."""
     value = os.environ.get(name, "").strip()
     if not value:
         return default
@@ -19,12 +19,12 @@ def _int(name: str, default: int) -> int:
         number = int(value)
     except ValueError:
         raise SystemExit(f"{name}={value!r} is not an integer") from None
-    if number < 1:
-        raise SystemExit(f"{name} must be at least 1, not {number}")
+    if number < minimum:
+        raise SystemExit(f"{name} must be at least {minimum}, not {number}")
     return number
 
 
-bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_int('PORT', 8000)}"
+bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_int('PORT', 8000, minimum=0)}"
 # One sync worker per core plus one: measured best with PostgreSQL on the same box (docs/benchmarks.md#decisions:
 # 2, 3, 4, 5, 8 sync workers and gthread). More workers only add context switches.
 workers = _int("WEB_CONCURRENCY", multiprocessing.cpu_count() + 1)

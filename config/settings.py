@@ -356,7 +356,7 @@ PAYMENT_SANDBOX = _bool("PAYMENT_SANDBOX", False)
 PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG = _bool("PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG", False)
 # Where the sandbox posts its signed webhook: a fixed address, never derived from the request's Host header.
 PAYMENT_SANDBOX_WEBHOOK_URL = env(
-    "PAYMENT_SANDBOX_WEBHOOK_URL", default=f"http://127.0.0.1:{_int('PORT', 8000, minimum=1)}/v1/payments/webhook"
+    "PAYMENT_SANDBOX_WEBHOOK_URL", default=f"http://127.0.0.1:{_int('PORT', 8000)}/v1/payments/webhook"
 )
 # How long a sandbox payment link (signed, in payment_url) stays valid.
 PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = _int(

@@ -12,7 +12,6 @@ import argparse
 import os
 import re
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
 from config import modes
 from devtools import devdb
@@ -75,7 +74,7 @@ def database(path: Path = DOT_ENV) -> str:
     if os.environ.get("DATABASE_URL"):
         return "using DATABASE_URL"
     given = dot_env_database_url(path)
-    if given is not None and parse_qs(urlparse(given).query).get("host") != [str(devdb.PGDATA)]:
+    if given is not None and not devdb.is_embedded(given):
         return f"using {path.name}'s DATABASE_URL"
     url = devdb.ensure()
     added = ensure_database_url(url, path)

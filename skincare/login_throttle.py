@@ -32,6 +32,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
 from skincare.clientaddr import client_address, throttle_key
+from skincare.errors import error_response
 
 USERNAME_MAX_LENGTH = 150
 
@@ -67,12 +68,12 @@ class AdminLoginThrottleMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method == "POST" and request.path == self.login_path and self.blocked(request):
-            window = settings.ADMIN_LOGIN_WINDOW_SECONDS
-            response = HttpResponse(
-                "Too many failed login attempts. Try again later.", status=429, content_type="text/plain"
+            return error_response(
+                "Too many failed login attempts. Try again later.",
+                "throttled",
+                http_status=429,
+                retry_after=settings.ADMIN_LOGIN_WINDOW_SECONDS,
             )
-            response["Retry-After"] = str(window)
-            return response
         return self.get_response(request)
 
     @staticmethod

@@ -61,8 +61,8 @@ def embedded_server():
     """The embedded server's socket directory; whatever a test does, the server is up again afterwards and this
     process's connections are fresh."""
     socket_dir = devdb._socket_dir()
-    assert socket_dir is not None and not os.environ.get("DATABASE_URL"), (
-        "the outage tests stop and start the embedded PostgreSQL (run them with DATABASE_URL unset)"
+    assert socket_dir is not None and devdb.is_embedded(os.environ.get("DATABASE_URL", "")), (
+        "the outage tests stop and start the embedded PostgreSQL (run them with DATABASE_URL unset or its URL)"
     )
     yield socket_dir
     if devdb._socket_dir() is None:
