@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Self
 from urllib.parse import parse_qs, urlparse, urlunparse
 
+from devtools import devdb
 from skincare import demo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,8 +41,11 @@ def without_runtime_dir_warning(text: str) -> list[str]:
 
 
 def setup_django_quietly() -> None:
-    """``django.setup()`` with config.settings unless set, and warnings silenced (bulk helpers, not tests)."""
+    """``django.setup()`` with config.settings unless set, and warnings silenced (bulk helpers, not tests). Without
+    DATABASE_URL, the embedded server's (the settings read the variable only)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    if not os.environ.get("DATABASE_URL") and devdb.url() is not None:
+        os.environ["DATABASE_URL"] = devdb.url() or ""
     import warnings
 
     warnings.simplefilter("ignore")
