@@ -150,6 +150,36 @@ def test_no_import_cycle_among_application_modules():
     assert cycle is None, "import cycle (imports inside functions count): " + " -> ".join(cycle or [])
 
 
+def forbidden_imports(modules: Mapping[str, str]) -> list[str]:
+    """``config`` (settings, URLs, WSGI) may import every app and nothing imports it; no application module, the
+    wiring included, imports development tooling (``devtools``, ``bench``): the production image has neither."""
+    found = []
+    for module, source in modules.items():
+        for name in sorted(imported_names(module, source)):
+            top = name.split(".")[0]
+            if top in TOOLING or (top == "config" and module.split(".")[0] != "config"):
+                found.append(f"{module} imports {name}")
+    return found
+
+
+def test_nothing_imports_the_wiring_and_nothing_imports_tooling():
+    assert not forbidden_imports(application_modules())
+
+
+def test_control_an_app_importing_the_settings_or_the_settings_importing_tooling_are_found():
+    modules = {
+        "config.settings": "def url():\n    from devtools import devdb\n",
+        "config.urls": "from config import modes\n",
+        "orders.api": "from config.settings import DEBUG\n",
+    }
+    assert forbidden_imports(modules) == [
+        "config.settings imports devtools",
+        "config.settings imports devtools.devdb",
+        "orders.api imports config.settings",
+        "orders.api imports config.settings.DEBUG",
+    ]
+
+
 def test_the_graph_sees_every_app_and_imports_inside_functions():
     modules = application_modules()
     assert {"skincare.api", "skincare.db", "inventory.services", "orders.services", "payments.services"} <= set(modules)
