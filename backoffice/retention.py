@@ -1,26 +1,26 @@
-"""Retention: every app registers the pruning of its own short-lived rows here (from ``AppConfig.ready``), and
-``manage.py prune_retention`` and the sweeper loop (``expire_reservations --loop``) run them all. The foundation
-imports no app: the apps come to it."""
+"""Retention: each app deletes its own short-lived rows with a ``*_prune()`` function beside the code that writes
+them; ``manage.py prune_retention`` and the sweeper loop (``expire_reservations --loop``) call them all, here, by
+name."""
 
 import logging
-from collections.abc import Callable
+
+from carts.services import carts_prune
+from payments.checkout import idempotency_keys_prune
+from payments.services import processed_events_prune
+from skincare.services import rate_limit_counters_prune
 
 logger = logging.getLogger(__name__)
 
-Pruner = Callable[[], int]
 
-_pruners: dict[str, Pruner] = {}
-
-
-def register_pruner(name: str, pruner: Pruner) -> None:
-    """Register ``pruner`` (deletes expired rows, returns how many) under ``name``; registering again replaces it."""
-    _pruners[name] = pruner
-
-
-def prune_all() -> dict[str, int]:
-    """Run every registered pruner; returns rows deleted per name."""
-    results = {name: pruner() for name, pruner in sorted(_pruners.items())}
+def retention_prune() -> dict[str, int]:
+    """Delete every app's rows past their retention window; returns rows deleted per kind, in this order."""
+    results = {
+        "carts": carts_prune(),
+        "idempotency_keys": idempotency_keys_prune(),
+        "processed_events": processed_events_prune(),
+        "rate_limit_counters": rate_limit_counters_prune(),
+    }
     # Nothing pruned (the sweeper loop's usual pass, every few seconds in `make run`) is a debug line.
     level = logging.INFO if any(results.values()) else logging.DEBUG
-    logger.log(level, "retention: %s", ", ".join(f"{name} {count}" for name, count in results.items()) or "nothing")
+    logger.log(level, "retention: %s", ", ".join(f"{name} {count}" for name, count in results.items()))
     return results

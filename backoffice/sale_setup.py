@@ -1,26 +1,20 @@
-"""The waiting room's part of ``flash_sale_setup``: an extension point filled by a higher layer.
+"""The waiting room's part of ``flash_sale_setup``: the command describes the whole sale, its queue included
+(``--queue``, ``--admit-per-second``)."""
 
-Orders must not import the waiting room (dependencies point waitingroom → orders), yet ``flash_sale_setup``
-describes the whole sale, its queue included (``--queue``, ``--admit-per-second``). ``waitingroom.apps`` registers
-the function that gives the product a fresh queue (or none) from its ``AppConfig.ready()``.
-"""
+from django.conf import settings
 
-from collections.abc import Callable
-
-# (product_id, queued, admit_per_second or None for the default) -> a line describing the queue
-QueueConfigurer = Callable[[int, bool, int | None], str | None]
-
-_configurer: QueueConfigurer | None = None
+from waitingroom import services as queue_services
 
 
-def register_queue_configurer(configurer: QueueConfigurer | None) -> None:
-    global _configurer  # one process-wide hook, set once at start-up
-    _configurer = configurer
-
-
-def configure_queue(*, product_id: int, queued: bool, admit_per_second: int | None) -> str | None:
-    """Give the product a fresh queue at ``admit_per_second`` (None: QUEUE_ADMIT_PER_SECOND), or no queue when not
-    ``queued``; returns the line to print (None without a queue, or when no waiting room is installed)."""
-    if _configurer is None:
+def sale_queue_reset(*, product_id: int, queued: bool, admit_per_second: int | None) -> str | None:
+    """Give the product a fresh queue at ``admit_per_second`` (None: QUEUE_ADMIT_PER_SECOND), the old one's passes
+    deleted, or no queue when not ``queued``. Returns the line the command prints (None without a queue)."""
+    queue_services.queue_remove(product_id=product_id)
+    if not queued:
         return None
-    return _configurer(product_id, queued, admit_per_second)
+    queue_services.queue_set(product_id=product_id, admit_per_second=admit_per_second)
+    pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
+    return (
+        f"flash_sale_setup: queue admit_per_second={pace} opens_for_joining={settings.QUEUE_OPENS_BEFORE_SECONDS} s "
+        f"before the sale; admission_ttl={settings.ADMISSION_TTL_SECONDS} s"
+    )

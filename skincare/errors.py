@@ -77,7 +77,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def utc_z(value: datetime) -> str:
-    """ISO 8601 with ``Z`` for UTC, as the API's own timestamps are rendered (``orders.api.order_data``)."""
+    """ISO 8601 with ``Z`` for UTC, as the API's own timestamps are rendered (``payments.order_api.order_data``)."""
     return value.isoformat().replace("+00:00", "Z")
 
 

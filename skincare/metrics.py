@@ -135,22 +135,12 @@ def registry() -> CollectorRegistry:
     return collecting
 
 
-# Collectors that read their values when /metrics is scraped (the waiting room's queue counts, from the database),
-# registered by a higher app at start-up. Only render() runs them: a test that reads one sample does not.
-_scrape_collectors: list[Collector] = []
-
-
-def register_scrape_collector(collector: Collector) -> None:
-    if collector not in _scrape_collectors:
-        _scrape_collectors.append(collector)
-
-
-def render() -> tuple[bytes, str]:
-    """The text exposition format and its content type."""
+def render(scrape_collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
+    """The text exposition format and its content type. ``scrape_collectors`` read their values now, at the scrape
+    (the waiting room's queue counts, from the database): the caller that serves the scrape passes them."""
     body = generate_latest(registry())
-    if _scrape_collectors:
-        scraped = CollectorRegistry(auto_describe=False)
-        for collector in _scrape_collectors:
-            scraped.register(collector)
-        body += generate_latest(scraped)
+    scraped = CollectorRegistry(auto_describe=False)
+    for collector in scrape_collectors:
+        scraped.register(collector)
+    body += generate_latest(scraped)
     return body, CONTENT_TYPE_LATEST

@@ -4,6 +4,7 @@ import hmac
 import ipaddress
 import threading
 import time
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -11,6 +12,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from prometheus_client import Counter, Histogram
+from prometheus_client.registry import Collector
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -25,11 +27,13 @@ def bearer_matches(header: str, token: str) -> bool:
     return bool(token) and scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
 
-def start_metrics_server(port: int, *, addr: str) -> tuple[ThreadingHTTPServer, threading.Thread]:
+def start_metrics_server(
+    port: int, *, addr: str, scrape_collectors: Iterable[Collector] = ()
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
     """The sweeper's ``--metrics-port``, protected like the web server's ``/metrics``: with METRICS_TOKEN set it
     answers ``Authorization: Bearer <token>`` only; without it, it must be bound to a loopback address (the
     default, 127.0.0.1) and never in production, otherwise it refuses to start (ValueError). Returns the server and
-    its thread, like prometheus_client's ``start_http_server``."""
+    its thread, like prometheus_client's ``start_http_server``. ``scrape_collectors``: as for :func:`metrics_view`."""
     token = settings.METRICS_TOKEN
     if not token:
         try:
@@ -47,7 +51,7 @@ def start_metrics_server(port: int, *, addr: str) -> tuple[ThreadingHTTPServer, 
             if token and not bearer_matches(self.headers.get("Authorization", ""), token):
                 self._answer(403, b'{"error": "Forbidden.", "code": "forbidden"}', "application/json")
                 return
-            body, content_type = metrics.render()
+            body, content_type = metrics.render(scrape_collectors)
             self._answer(200, body, content_type)
 
         def _answer(self, status: int, body: bytes, content_type: str) -> None:
@@ -80,12 +84,13 @@ def metrics_allowed(request: HttpRequest) -> bool:
     return address is not None and address.is_loopback
 
 
-def metrics_view(request: HttpRequest) -> HttpResponse:
+def metrics_view(request: HttpRequest, scrape_collectors: Iterable[Collector] = ()) -> HttpResponse:
+    """GET /metrics. ``scrape_collectors`` (the URLconf's extra arguments) read their values at each scrape."""
     if request.method not in ("GET", "HEAD"):
         return JsonResponse({"error": "Method not allowed.", "code": "method_not_allowed"}, status=405)
     if not metrics_allowed(request):
         return JsonResponse({"error": "Forbidden.", "code": "forbidden"}, status=403)
-    body, content_type = metrics.render()
+    body, content_type = metrics.render(scrape_collectors)
     return HttpResponse(body, content_type=content_type)
 
 

@@ -1,4 +1,4 @@
-"""The sale board (orders/admin_board.py, orders/saleboard.py): who may see it, what one refresh says after
+"""The sale board (backoffice/views.py, backoffice/saleboard.py): who may see it, what one refresh says after
 checkouts, payments, expiries and refusals, and that reading it waits for no lock a checkout holds."""
 
 import json
@@ -13,20 +13,19 @@ from django.db import OperationalError, connection, transaction
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from backoffice import opsmetrics, saleboard
 from devtools.processes import Gunicorn
 from devtools.testing import ThreadRun, make_overdue, run_concurrently
 from inventory.permissions import ensure_ops_groups
-from orders import saleboard
 from orders.models import Order
 from payments import services as payment_services
 from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout_once
-from skincare import opsmetrics
 from skincare.tests.test_metrics import _url as database_url_for_children
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DATA = "admin:orders_sale_board_data"
+PAGE, DATA = "sale-board", "sale-board-data"
 
 
 @pytest.fixture
@@ -61,20 +60,20 @@ def pay(order):
 def test_staff_without_the_view_permission_is_refused(client):
     user = get_user_model().objects.create_user(username="plain-staff", password="pw", is_staff=True)
     client.force_login(user)
-    assert client.get(reverse("admin:orders_sale_board")).status_code == 403
+    assert client.get(reverse(PAGE)).status_code == 403
     response = client.get(reverse(DATA))
     assert response.status_code == 403
     assert response.json()["code"] == "forbidden"
 
 
 def test_anonymous_is_sent_to_the_login_page(client):
-    response = client.get(reverse("admin:orders_sale_board"))
+    response = client.get(reverse(PAGE))
     assert response.status_code == 302
     assert reverse("admin:login") in response["Location"]
 
 
 def test_the_page_needs_no_external_script(viewer):
-    response = viewer.get(reverse("admin:orders_sale_board"))
+    response = viewer.get(reverse(PAGE))
     assert response.status_code == 200
     html = response.content.decode()
     assert 'id="outcome-chart"' in html

@@ -5,12 +5,15 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 
+from backoffice.retention import retention_prune
+from backoffice.sweeper_probes import Probe
 from orders import selectors, services
-from orders.sweeper_probes import Probe
 from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
-from skincare.retention import prune_all
+from skincare.monitoring import start_metrics_server
+from waitingroom.metrics import QueueCollector
+from waitingroom.services import queues_advance
 
 
 class Command(BaseCommand):
@@ -83,11 +86,11 @@ class Command(BaseCommand):
         metrics_server = None
         probe = Probe(interval=interval, audit_every=audit_every) if loop else None
         try:
-            if metrics_port:
-                from skincare.monitoring import start_metrics_server  # METRICS_TOKEN, like the web's /metrics
-
+            if metrics_port:  # protected by METRICS_TOKEN, like the web's /metrics
                 try:
-                    metrics_server, _thread = start_metrics_server(metrics_port, addr=metrics_addr)
+                    metrics_server, _thread = start_metrics_server(
+                        metrics_port, addr=metrics_addr, scrape_collectors=[QueueCollector()]
+                    )
                 except ValueError as exc:
                     raise CommandError(f"expire_reservations: {exc}") from None
                 self.stdout.write(
@@ -97,9 +100,11 @@ class Command(BaseCommand):
                 try:
                     self.sweep(batch_size=batch_size, stop=stop)
                     if loop:
-                        # The worker also keeps short-lived rows within their retention windows (what
-                        # `manage.py prune_retention` does; its counts go to the log, not to stdout).
-                        prune_all()
+                        # The worker also admits the next passes of each open waiting-room queue (docs/queue.md)
+                        # and keeps short-lived rows within their retention windows (what `manage.py
+                        # prune_retention` does; its counts go to the log, not to stdout).
+                        queues_advance()
+                        retention_prune()
                 except (DomainError, DatabaseError) as exc:
                     error = self.retryable(exc)
                     if not loop:
@@ -107,7 +112,7 @@ class Command(BaseCommand):
                         # again and the next run finishes it.
                         raise CommandError(f"expire_reservations: {error.message} ({error.code})") from exc
                     self.stderr.write(f"expire_reservations: {error.message} ({error.code}); next sweep in {interval}s")
-                if probe is not None:  # the alerts' view of the database (orders/sweeper_probes.py)
+                if probe is not None:  # the alerts' view of the database (backoffice/sweeper_probes.py)
                     probe.run()
                 if not loop or stop.wait(interval):
                     break

@@ -26,12 +26,12 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Max
 
+from backoffice.sale_setup import sale_queue_reset
 from inventory import catalogue
 from inventory import services as inventory_services
 from inventory.exceptions import StaleStockVersion
 from inventory.models import Inventory, Product
 from inventory.selectors import SALE_STATE_SQL, SECONDS_TO_START_SQL
-from orders import sale_setup
 from orders import services as order_services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, Reservation
@@ -98,7 +98,7 @@ class Command(BaseCommand):
         except InvalidInput as exc:
             raise CommandError(exc.message) from None
         # Before the stock: a product set up with a queue never sells for a moment without one.
-        queue_line = sale_setup.configure_queue(
+        queue_line = sale_queue_reset(
             product_id=product, queued=options["queue"], admit_per_second=options["admit_per_second"]
         )
         pending = list(
