@@ -1,9 +1,9 @@
-"""The sale board's reads (docs/operations.md#during-a-sale). One refresh is :data:`REFRESH_STATEMENTS` (6)
-statements in one read-only REPEATABLE READ transaction (one snapshot, one database clock), however many products
-it shows: the ``SET TRANSACTION`` that opens the snapshot, then five SELECTs, :data:`LEDGER_CUTOFF_SQL` (with the
-clock), :data:`PRODUCTS_SQL`, :data:`SERIES_SQL`, :data:`SWEEPER_LAG_SQL` and the waiting room's
-``QUEUE_STATES_SQL`` for every product on the board at once. Inside a caller's transaction it runs the five SELECTs
-on the caller's snapshot. This instance's checkout counters come from :func:`backoffice.opsmetrics.checkout_snapshot`
+"""The sale board's reads (docs/operations.md#during-a-sale). One refresh is :data:`REFRESH_STATEMENTS` (8)
+statements, one read-only REPEATABLE READ transaction (one snapshot, one database clock), however many products it
+shows: ``BEGIN``, ``SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY``, five SELECTs
+(:data:`LEDGER_CUTOFF_SQL` with the clock, :data:`PRODUCTS_SQL`, :data:`SERIES_SQL`, :data:`SWEEPER_LAG_SQL`, and
+the waiting room's ``QUEUE_STATES_SQL`` for every product on the board at once), ``COMMIT``. Inside a caller's
+transaction it runs the five SELECTs alone, on the caller's snapshot. This instance's checkout counters come from :func:`backoffice.opsmetrics.checkout_snapshot`
 (no statement). Nothing here writes, and nothing takes a row lock: plain SELECTs take only ACCESS SHARE table locks,
 which conflict with no lock a checkout, a payment or the sweeper takes.
 
@@ -46,7 +46,7 @@ NEAR_AFTER_SECONDS = 1800  # a window closed less than this ago is still shown
 MAX_PRODUCTS = 12
 NEXT_EXPIRIES = 5
 
-REFRESH_STATEMENTS = 6  # SET TRANSACTION + the five SELECTs of one refresh (the module's docstring)
+REFRESH_STATEMENTS = 8  # BEGIN, SET TRANSACTION, the five SELECTs, COMMIT (the module's docstring)
 
 # The id of the newest ledger row older than the charts' span: a backward scan of the primary key that stops at
 # the first such row, so it reads only the rows inside the span. (Rows carry their transaction's now(); a ledger
@@ -176,7 +176,9 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
 
-def _product(row: dict[str, Any], series_rows: list[tuple[int, str, int, int]], queue: QueueState | None) -> dict:
+def _product(
+    row: dict[str, Any], series_rows: list[tuple[int, str, int, int]], queue: QueueState | None
+) -> dict[str, Any]:
     """One product's card; ``series_rows`` are its (index in the charts' span, reason, orders, units)."""
     orders: dict[str, list[int]] = {r: [0] * SERIES_SECONDS for r in (RESERVE, CONSUME, EXPIRE, CANCEL)}
     units = {r: [0] * SERIES_SECONDS for r in orders}
