@@ -90,9 +90,7 @@ def application_modules():
 
 def violations(check) -> list[str]:
     return [
-        f"{path}: {problem}"
-        for app, path in application_modules()
-        for problem in check(app, (ROOT / path).read_text())
+        f"{path}: {problem}" for app, path in application_modules() for problem in check(app, (ROOT / path).read_text())
     ]
 
 
