@@ -113,42 +113,51 @@ def sale_report(*, product_id: int, since: dt.datetime | None = None) -> SaleRep
             available_now=available_now,
             reserved_now=reserved_now,
         )
-        order_ids = set()
-        for order_id, status, reason, qty, amount in orders:
-            order_ids.add(order_id)
-            report.orders += 1
-            if status == PAID:
-                report.paid += 1
-                report.units_sold += qty
-                report.revenue += amount
-            elif status == PENDING:
-                report.pending += 1
-            elif status == CANCELLED and reason == TIMEOUT:
-                report.expired += 1
-            else:
-                report.cancelled += 1
-        available = 0
-        per_second: Counter[dt.datetime] = Counter()
-        for _id, at, available_delta, reserved_delta, reason, order_id in ledger:
-            available += available_delta
-            if at < opening:
-                report.available_at_opening = available
-                continue
-            report.available_series.append((at, available))
-            if report.sold_out_at is None and available == 0 and available_delta < 0:
-                report.sold_out_at = at
-            if reason == RESERVE:
-                per_second[at.replace(microsecond=0)] += 1
-            if reason == CONSUME and order_id in order_ids:
-                report.units_sold_by_ledger += -reserved_delta
-        report.orders_per_second = sorted(per_second.items())
-        if per_second:
-            report.peak_at, report.peak_orders_per_second = max(
-                per_second.items(), key=lambda kv: (kv[1], -kv[0].timestamp())
-            )
+        _count_orders(report, orders)
+        _walk_ledger(report, ledger, order_ids={row[0] for row in orders})
         report.audit = audit_inventory()  # inside this transaction: the same snapshot
         report.payments = payments_for_report(product_id, opening)
     return report
+
+
+def _count_orders(report: SaleReport, orders: list[tuple[Any, ...]]) -> None:
+    """Orders by status, units sold and revenue (ORDERS_SQL's rows)."""
+    for _order_id, status, reason, qty, amount in orders:
+        report.orders += 1
+        if status == PAID:
+            report.paid += 1
+            report.units_sold += qty
+            report.revenue += amount
+        elif status == PENDING:
+            report.pending += 1
+        elif status == CANCELLED and reason == TIMEOUT:
+            report.expired += 1
+        else:
+            report.cancelled += 1
+
+
+def _walk_ledger(report: SaleReport, ledger: list[tuple[Any, ...]], *, order_ids: set[int]) -> None:
+    """Units available over time, sold out, orders per second and its peak, and the units the ledger says the
+    report's orders consumed (LEDGER_SQL's rows, oldest first)."""
+    available = 0
+    per_second: Counter[dt.datetime] = Counter()
+    for _id, at, available_delta, reserved_delta, reason, order_id in ledger:
+        available += available_delta
+        if at < report.opening:
+            report.available_at_opening = available
+            continue
+        report.available_series.append((at, available))
+        if report.sold_out_at is None and available == 0 and available_delta < 0:
+            report.sold_out_at = at
+        if reason == RESERVE:
+            per_second[at.replace(microsecond=0)] += 1
+        if reason == CONSUME and order_id in order_ids:
+            report.units_sold_by_ledger += -reserved_delta
+    report.orders_per_second = sorted(per_second.items())
+    if per_second:
+        report.peak_at, report.peak_orders_per_second = max(
+            per_second.items(), key=lambda kv: (kv[1], -kv[0].timestamp())
+        )
 
 
 def write_png(report: SaleReport, path: str) -> None:

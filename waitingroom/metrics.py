@@ -14,6 +14,8 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from waitingroom.selectors import queue_states
+
 logger = logging.getLogger(__name__)
 
 QUEUE_JOINS = Counter("skincare_queue_joins_total", "Passes created (POST /v1/products/<id>/queue, 201).")
@@ -26,8 +28,6 @@ class QueueCollector(Collector):
     """Per product with a queue: passes waiting, admitted (outstanding), used and expired, and the pace."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from waitingroom.selectors import queue_states
-
         families = {
             name: GaugeMetricFamily(f"skincare_queue_{name}", help_text, labels=["product_id"])
             for name, help_text in (
