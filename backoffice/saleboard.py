@@ -3,9 +3,10 @@ statements, one read-only REPEATABLE READ transaction (one snapshot, one databas
 shows: ``BEGIN``, ``SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY``, five SELECTs
 (:data:`LEDGER_CUTOFF_SQL` with the clock, :data:`PRODUCTS_SQL`, :data:`SERIES_SQL`, :data:`SWEEPER_LAG_SQL`, and
 the waiting room's ``QUEUE_STATES_SQL`` for every product on the board at once), ``COMMIT``. Inside a caller's
-transaction it runs the five SELECTs alone, on the caller's snapshot. This instance's checkout counters come from :func:`backoffice.opsmetrics.checkout_snapshot`
-(no statement). Nothing here writes, and nothing takes a row lock: plain SELECTs take only ACCESS SHARE table locks,
-which conflict with no lock a checkout, a payment or the sweeper takes.
+transaction it runs the five SELECTs alone, on the caller's snapshot. This instance's checkout counters come from
+:func:`backoffice.opsmetrics.checkout_snapshot` (no statement). Nothing here writes, and nothing takes a row lock:
+plain SELECTs take only ACCESS SHARE table locks, which conflict with no lock a checkout, a payment or the sweeper
+takes.
 
 Where each number comes from:
 

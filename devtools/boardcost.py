@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_django_quietly()
     from django.db import connection
 
-    from devtools.scaleout import Client
     from backoffice import saleboard
+    from devtools.scaleout import Client
 
     if args.history:
         with connection.cursor() as cursor:  # earlier sales: reserve + consume pairs, an hour old
