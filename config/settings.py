@@ -122,6 +122,7 @@ INSTALLED_APPS = [
     "payments",
     "carts",
     "waitingroom",
+    "backoffice",
 ]
 
 # The browser-only ones (skincare.middleware) run for the admin and the sandbox page and are skipped on the JSON

@@ -3,7 +3,7 @@
 A throwaway database (skincare_bench_board) with the demo data; product 101 in an open sale window with a large
 stock; one gunicorn (2 workers, RESERVATION_TTL_SECONDS=5) and one sweeper; SHOPPERS threads check out product 101
 over HTTP for --seconds, and pay, cancel or abandon (abandoned orders expire and are swept). Meanwhile this process
-runs the board's reads (orders.saleboard.board) every --every seconds and times them, and once, at the end of the
+runs the board's reads (backoffice.saleboard.board) every --every seconds and times them, and once, at the end of the
 load, runs each of its statements under EXPLAIN (ANALYZE, BUFFERS). Checkout throughput is measured in two halves:
 without the board, then with it refreshing, so the board's effect on the checkout path shows.
 
@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_django_quietly()
     from django.db import connection
 
+    from backoffice import saleboard
     from devtools.scaleout import Client
-    from orders import saleboard
 
     if args.history:
         with connection.cursor() as cursor:  # earlier sales: reserve + consume pairs, an hour old

@@ -456,7 +456,16 @@ MUTATIONS = [
         MODULE,
         "from django.db import connection",
         "from django.db import connection\nfrom orders.models import Order  # noqa: F401",
-        ("skincare/tests/test_dependencies.py::test_no_layer_imports_a_higher_one",),
+        ("skincare/tests/test_dependencies.py::test_every_import_follows_the_map",),
+    ),
+    Mutation(
+        "local-cross-app-import",
+        "the back office imports orders inside a function (allowed downward, but hidden from the module's head)",
+        "backoffice/sale_setup.py",
+        MODULE,
+        "from django.conf import settings",
+        "from django.conf import settings\n\n\ndef _late():\n    from orders import services  # noqa: F401\n",
+        ("skincare/tests/test_dependencies.py::test_no_import_inside_a_function_crosses_apps",),
     ),
     Mutation(
         "cart-claim-unconditional",
@@ -604,6 +613,24 @@ MUTATIONS = [
         "ON CONFLICT (product_id, customer_id) DO NOTHING",
         "",
         ("waitingroom/tests/test_queue_races.py::test_fifty_concurrent_joins_of_one_customer_make_one_pass",),
+    ),
+    Mutation(
+        "board-not-one-snapshot",
+        "a sale-board refresh reads each statement on its own snapshot (READ COMMITTED)",
+        "backoffice/saleboard.py",
+        "_read_snapshot",
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY",
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED READ ONLY",
+        ("backoffice/tests/test_saleboard.py::test_one_refresh_reads_one_snapshot",),
+    ),
+    Mutation(
+        "board-queue-per-product",
+        "the sale board's queue panel runs one statement per product",
+        "backoffice/saleboard.py",
+        "_read_snapshot",
+        'queues = queue_states(product_ids=params["ids"])',
+        'queues = [s for pid in params["ids"] for s in queue_states(product_ids=[pid])]',
+        ("backoffice/tests/test_saleboard.py::test_one_refresh_is_a_fixed_number_of_statements_however_many_products",),
     ),
 ]
 

@@ -13,10 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orders.api import order_data
 from orders.selectors import OrderView
 from payments import checkout, schemas, services, signing
 from payments.checkout import KeyedCheckout
+from payments.order_api import order_data
 from skincare import metrics, validation
 from skincare.api import authenticated_customer
 from skincare.errors import InvalidInput
@@ -58,7 +58,7 @@ def checkout_response(
     """The rest of both checkout views (``/v1/checkout``, ``/v1/carts/<id>/checkout``) once they have parsed their
     request, ``key`` included (:func:`idempotency_key`): count the checkout against the rate limit, place it
     (``place_keyed(customer, key)`` under a key, else ``place(customer)``) and render the answer: 201 with the order
-    (``orders.api.order_data``), or a stored refusal as it was stored; ``Idempotent-Replayed: true`` on a replay."""
+    (``payments.order_api.order_data``), or a stored refusal as it was stored; ``Idempotent-Replayed: true`` on a replay."""
     customer = authenticated_customer(request)
     checkout.checkout_rate_limit(customer=customer)
     if key is None:

@@ -143,24 +143,14 @@ def registry() -> CollectorRegistry:
     return collecting
 
 
-# Collectors that read their values when /metrics is scraped (the waiting room's queue counts, from the database),
-# registered by a higher app at start-up. Only render() runs them: a test that reads one sample does not.
-_scrape_collectors: list[Collector] = []
-
-
-def register_scrape_collector(collector: Collector) -> None:
-    if collector not in _scrape_collectors:
-        _scrape_collectors.append(collector)
-
-
-def render() -> tuple[bytes, str]:
-    """The text exposition format and its content type."""
+def render(scrape_collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
+    """The text exposition format and its content type. ``scrape_collectors`` read their values now, at the scrape
+    (the waiting room's queue counts, from the database): the caller that serves the scrape passes them."""
     body = generate_latest(registry())
-    if _scrape_collectors:
-        scraped = CollectorRegistry(auto_describe=False)
-        for collector in _scrape_collectors:
-            scraped.register(collector)
-        body += generate_latest(scraped)
+    scraped = CollectorRegistry(auto_describe=False)
+    for collector in scrape_collectors:
+        scraped.register(collector)
+    body += generate_latest(scraped)
     return body, CONTENT_TYPE_LATEST
 
 
@@ -171,7 +161,9 @@ def bearer_matches(header: str, token: str) -> bool:
     return bool(token) and scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
 
 
-def start_metrics_server(port: int, *, addr: str) -> tuple[ThreadingHTTPServer, threading.Thread]:
+def start_metrics_server(
+    port: int, *, addr: str, scrape_collectors: Iterable[Collector] = ()
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
     """The sweeper's ``--metrics-port``, protected like the web server's ``/metrics``: with METRICS_TOKEN set it
     answers ``Authorization: Bearer <token>`` only; without it, it must be bound to a loopback address (the
     default, 127.0.0.1) and never in production, otherwise it refuses to start (ValueError). Returns the server and
@@ -193,7 +185,7 @@ def start_metrics_server(port: int, *, addr: str) -> tuple[ThreadingHTTPServer, 
             if token and not bearer_matches(self.headers.get("Authorization", ""), token):
                 self._answer(403, forbidden_response().content, "application/json")
                 return
-            body, content_type = render()
+            body, content_type = render(scrape_collectors)
             self._answer(200, body, content_type)
 
         def _answer(self, status: int, body: bytes, content_type: str) -> None:
@@ -226,12 +218,13 @@ def metrics_allowed(request: HttpRequest) -> bool:
     return address is not None and address.is_loopback
 
 
-def metrics_view(request: HttpRequest) -> HttpResponse:
+def metrics_view(request: HttpRequest, scrape_collectors: Iterable[Collector] = ()) -> HttpResponse:
+    """GET /metrics. ``scrape_collectors`` (the URLconf's extra arguments) read their values at each scrape."""
     if request.method not in ("GET", "HEAD"):
         return error_response("Method not allowed.", "method_not_allowed", http_status=405)
     if not metrics_allowed(request):
         return forbidden_response()
-    body, content_type = render()
+    body, content_type = render(scrape_collectors)
     return HttpResponse(body, content_type=content_type)
 
 

@@ -12,11 +12,11 @@ from django.db import connection, transaction
 from django.test import Client
 from prometheus_client import REGISTRY
 
+from backoffice.tests.test_sweeper_loop import LineWatcher, run_command_in_thread
 from devtools.processes import Gunicorn, free_port
 from devtools.testing import make_overdue, run_concurrently
 from inventory.models import StockBucket
 from inventory.tests.test_sale_window import set_window
-from orders.tests.test_sweeper import LineWatcher, run_command_in_thread
 from payments import signing
 from payments.models import ProcessedEvent
 from payments.testing import place_order

@@ -1,7 +1,7 @@
 """``manage.py sale_report`` after a sale of checkouts, payments, a cancel, expiries and a late payment: every
 figure equals what the orders, reservations, payment attempts and the stock ledger say when counted on their own,
 and the audit (orders.audit) is clean. With ``SKINCARE_SCREENSHOT_DIR`` set, the picture is saved there as
-``sale-report.png`` (the one in the README: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest orders/tests/test_sale_report.py``).
+``sale-report.png`` (the one in the README: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest backoffice/tests/test_sale_report.py``).
 """
 
 import io

@@ -21,17 +21,18 @@ docs/strategies.md#stock-buckets); without it the product keeps its number of bu
 from argparse import ArgumentTypeError
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Max
 
+from backoffice.sale_setup import sale_queue_reset
 from inventory import catalogue
 from inventory import services as inventory_services
 from inventory.exceptions import StaleStockVersion
 from inventory.models import Inventory, Product
 from inventory.selectors import SALE_STATE_SQL, SECONDS_TO_START_SQL
-from orders import sale_setup
 from orders import services as order_services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, Reservation
@@ -67,17 +68,9 @@ class Command(BaseCommand):
         parser.add_argument("--admit-per-second", type=int, metavar="N", help="the queue's pace (needs --queue)")
 
     def handle(self, *args, stock, product, starts_in, starts_at, duration, ends_at, price, **options):
-        if stock < 0:
-            raise CommandError("--stock must not be negative")
+        _refuse_bad_options(stock=stock, starts_in=starts_in, duration=duration, **options)
         if not Inventory.objects.filter(product_id=product).exists():
             raise CommandError(f"product {product} has no stock row (run load_demo_data first)")
-        if options["admit_per_second"] is not None and not options["queue"]:
-            raise CommandError("--admit-per-second needs --queue")
-        if options["admit_per_second"] is not None and options["admit_per_second"] < 1:
-            raise CommandError("--admit-per-second must be at least 1")
-        for name, seconds in (("--starts-in", starts_in), ("--duration", duration)):
-            if seconds is not None and seconds < 0:
-                raise CommandError(f"{name} must not be negative")
         # Relative times count from the database clock: the clock every checkout compares the window with.
         now = db_now()
         if starts_in is not None:
@@ -98,37 +91,11 @@ class Command(BaseCommand):
         except InvalidInput as exc:
             raise CommandError(exc.message) from None
         # Before the stock: a product set up with a queue never sells for a moment without one.
-        queue_line = sale_setup.configure_queue(
+        queue_line = sale_queue_reset(
             product_id=product, queued=options["queue"], admit_per_second=options["admit_per_second"]
         )
-        pending = list(
-            Order.objects.filter(
-                status=Order.Status.PENDING_PAYMENT,
-                reservations__product_id=product,
-                reservations__status=Reservation.Status.ACTIVE,
-            )
-            .distinct()
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        cancelled = 0
-        for order_id in pending:
-            try:
-                order_services.order_cancel(order_id=order_id, reason=Order.CancelReason.OPS_CANCELLED)
-                cancelled += 1
-            except (OrderNotFound, OrderNotPending):
-                pass  # paid, expired or cancelled meanwhile: it no longer holds stock
-        for _attempt in range(5):
-            inventory = Inventory.objects.get(product_id=product)
-            try:
-                inventory = inventory_services.stock_set_counted(
-                    product_id=product, counted=stock, expected_version=inventory.version, note=NOTE
-                )
-                break
-            except StaleStockVersion:
-                continue  # a checkout moved the row between the read and the count: read it again
-        else:
-            raise CommandError(f"product {product}: stock kept changing; is a load test still running?")
+        cancelled = _cancel_pending_orders(product)
+        inventory = _count_stock(product, stock)
         if options["buckets"] is not None:
             try:
                 inventory = inventory_services.stock_buckets_set(product_id=product, buckets=options["buckets"])
@@ -144,6 +111,56 @@ class Command(BaseCommand):
         self.stdout.write(_window_line(product))
         if queue_line is not None:
             self.stdout.write(queue_line)
+
+
+def _refuse_bad_options(
+    *, stock: int, starts_in: float | None, duration: float | None, queue: bool, admit_per_second: int | None, **_: Any
+) -> None:
+    if stock < 0:
+        raise CommandError("--stock must not be negative")
+    if admit_per_second is not None and not queue:
+        raise CommandError("--admit-per-second needs --queue")
+    if admit_per_second is not None and admit_per_second < 1:
+        raise CommandError("--admit-per-second must be at least 1")
+    for name, seconds in (("--starts-in", starts_in), ("--duration", duration)):
+        if seconds is not None and seconds < 0:
+            raise CommandError(f"{name} must not be negative")
+
+
+def _cancel_pending_orders(product_id: int) -> int:
+    """Cancel (``ops_cancelled``) every pending order that holds the product; returns how many."""
+    pending = list(
+        Order.objects.filter(
+            status=Order.Status.PENDING_PAYMENT,
+            reservations__product_id=product_id,
+            reservations__status=Reservation.Status.ACTIVE,
+        )
+        .distinct()
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    cancelled = 0
+    for order_id in pending:
+        try:
+            order_services.order_cancel(order_id=order_id, reason=Order.CancelReason.OPS_CANCELLED)
+            cancelled += 1
+        except (OrderNotFound, OrderNotPending):
+            pass  # paid, expired or cancelled meanwhile: it no longer holds stock
+    return cancelled
+
+
+def _count_stock(product_id: int, stock: int) -> Inventory:
+    """Count the product's available stock to ``stock`` (``stock_set_counted``), reading its version again when a
+    checkout moved the row in between (five tries)."""
+    for _attempt in range(5):
+        inventory = Inventory.objects.get(product_id=product_id)
+        try:
+            return inventory_services.stock_set_counted(
+                product_id=product_id, counted=stock, expected_version=inventory.version, note=NOTE
+            )
+        except StaleStockVersion:
+            continue  # a checkout moved the row between the read and the count: read it again
+    raise CommandError(f"product {product_id}: stock kept changing; is a load test still running?")
 
 
 def _iso_datetime(value: str) -> datetime:

@@ -1,7 +1,12 @@
-"""The sale board's reads (docs/operations.md#during-a-sale): one refresh = four SELECTs in one read-only
-REPEATABLE READ transaction (one snapshot, one database clock), plus this instance's checkout counters from
-:func:`skincare.opsmetrics.checkout_snapshot`. Nothing here writes, and nothing takes a row lock: plain SELECTs
-take only ACCESS SHARE table locks, which conflict with no lock a checkout, a payment or the sweeper takes.
+"""The sale board's reads (docs/operations.md#during-a-sale). One refresh is :data:`REFRESH_STATEMENTS` (8)
+statements, one read-only REPEATABLE READ transaction (one snapshot, one database clock), however many products it
+shows: ``BEGIN``, ``SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY``, five SELECTs
+(:data:`LEDGER_CUTOFF_SQL` with the clock, :data:`PRODUCTS_SQL`, :data:`SERIES_SQL`, :data:`SWEEPER_LAG_SQL`, and
+the waiting room's ``QUEUE_STATES_SQL`` for every product on the board at once), ``COMMIT``. Inside a caller's
+transaction it runs the five SELECTs alone, on the caller's snapshot. This instance's checkout counters come from
+:func:`backoffice.opsmetrics.checkout_snapshot` (no statement). Nothing here writes, and nothing takes a row lock:
+plain SELECTs take only ACCESS SHARE table locks, which conflict with no lock a checkout, a payment or the sweeper
+takes.
 
 Where each number comes from:
 
@@ -15,18 +20,21 @@ Where each number comes from:
 - units held by unpaid orders and the next expiries: ``active`` reservations of the product by ``expires_at``;
 - sweeper lag: how far ``now()`` is past the oldest ``active`` reservation's ``expires_at`` (0 when none is due);
 - refusals by code and checkout p50/p99: this instance's Prometheus counters (not in the database);
-- the waiting room: whatever a queue app registers with :func:`register_queue_source` (``waitingroom`` does).
+- the waiting room: the product's queue (:func:`waitingroom.selectors.queue_states`), None without one.
 """
 
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.urls import reverse
 
+from backoffice import opsmetrics
 from inventory.models import StockMovement
 from orders.models import ReservationStatus
-from skincare import opsmetrics
+from waitingroom.selectors import QueueState, queue_states
 
 # Status and reason values come from the TextChoices, interpolated once when this module loads.
 ACTIVE = ReservationStatus.ACTIVE.value
@@ -39,14 +47,16 @@ NEAR_AFTER_SECONDS = 1800  # a window closed less than this ago is still shown
 MAX_PRODUCTS = 12
 NEXT_EXPIRIES = 5
 
-CLOCK_SQL = "SELECT now(), extract(epoch FROM now())::float8"
+REFRESH_STATEMENTS = 8  # BEGIN, SET TRANSACTION, the five SELECTs, COMMIT (the module's docstring)
 
 # The id of the newest ledger row older than the charts' span: a backward scan of the primary key that stops at
 # the first such row, so it reads only the rows inside the span. (Rows carry their transaction's now(); a ledger
 # row committed more than SERIES_SECONDS after its transaction began could be missed: checkouts take milliseconds.)
+# With it, the snapshot's clock.
 LEDGER_CUTOFF_SQL = """
     SELECT COALESCE((SELECT id FROM stock_movements WHERE created_at < now() - make_interval(secs => %(span)s)
-                     ORDER BY id DESC LIMIT 1), 0)
+                     ORDER BY id DESC LIMIT 1), 0),
+           now(), extract(epoch FROM now())::float8
 """
 
 PRODUCTS_SQL = f"""
@@ -105,113 +115,127 @@ SWEEPER_LAG_SQL = f"""
       FROM inventory_reservations WHERE status = '{ACTIVE}' AND expires_at <= now()
 """
 
-QueueSource = Callable[[int], dict[str, Any] | None]
-_queue_sources: list[QueueSource] = []
-
-
-def register_queue_source(source: QueueSource) -> None:
-    """WAITING ROOM HOOK (issue 25): a queue app calls this from its ``AppConfig.ready()`` with a function
-    ``product_id -> {"waiting": n, "admitted": n, "lapsed": n, "admitted_per_second": x, "paused": bool,
-    "pause_url": ...} | None``; the board shows it in each product's "Waiting room" panel. Until one registers,
-    the panel says that no waiting room is installed."""
-    if source not in _queue_sources:
-        _queue_sources.append(source)
-
-
-def _queue(product_id: int) -> dict[str, Any] | None:
-    for source in _queue_sources:
-        found = source(product_id)
-        if found is not None:
-            return found
-    return None
-
 
 def board(*, pinned: list[int] | None = None) -> dict[str, Any]:
-    """Everything one refresh of the sale board shows, as JSON-ready values."""
+    """Everything one refresh of the sale board shows, as JSON-ready values (one snapshot: the module's docstring)."""
     started = time.perf_counter()
+    snapshot = _read_snapshot(pinned=list(pinned or []))
+    first_second = int(snapshot["now_epoch"]) - SERIES_SECONDS + 1
+    series_rows = defaultdict(list)
+    for product_id, second, reason, orders, units in snapshot["series"]:
+        series_rows[product_id].append((second - first_second, reason, orders, units))
+    queues = {state.product_id: state for state in snapshot["queues"]}
+    overdue_count, overdue_seconds = snapshot["sweeper_lag"]
+    return {
+        "now": snapshot["now"].isoformat(),
+        "now_epoch": snapshot["now_epoch"],
+        "series": {"first_second": first_second, "seconds": SERIES_SECONDS},
+        "products": [_product(row, series_rows[row["id"]], queues.get(row["id"])) for row in snapshot["products"]],
+        "sweeper": {"overdue_reservations": overdue_count, "lag_seconds": round(overdue_seconds, 3)},
+        "checkout": opsmetrics.checkout_snapshot(),
+        "refresh_ms": round(1000 * (time.perf_counter() - started), 2),
+    }
+
+
+def _read_snapshot(*, pinned: list[int]) -> dict[str, Any]:
+    """The rows of one refresh: every statement of it, in one REPEATABLE READ READ ONLY transaction (inside a
+    caller's transaction, on the caller's snapshot)."""
     params: dict[str, Any] = {
         "span": SERIES_SECONDS,
         "near_before": NEAR_BEFORE_SECONDS,
         "near_after": NEAR_AFTER_SECONDS,
         "max_products": MAX_PRODUCTS,
         "next_expiries": NEXT_EXPIRIES,
-        "pinned": list(pinned or []),
+        "pinned": pinned,
     }
     outermost = not connection.in_atomic_block
     with transaction.atomic(), connection.cursor() as cursor:
         if outermost:
             cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        cursor.execute(CLOCK_SQL)
-        now, now_epoch = cursor.fetchone()
         cursor.execute(LEDGER_CUTOFF_SQL, params)
-        params["cutoff"] = cursor.fetchone()[0]
+        params["cutoff"], now, now_epoch = cursor.fetchone()
         cursor.execute(PRODUCTS_SQL, params)
         columns = [c.name for c in cursor.description]
-        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-        params["ids"] = [row["id"] for row in rows]
-        series_rows: list[tuple[Any, ...]] = []
-        if rows:
-            cursor.execute(SERIES_SQL, params)
-            series_rows = cursor.fetchall()
+        products = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        params["ids"] = [row["id"] for row in products]
+        cursor.execute(SERIES_SQL, params)
+        series = cursor.fetchall()
         cursor.execute(SWEEPER_LAG_SQL)
-        overdue_count, overdue_seconds = cursor.fetchone()
-    first_second = int(now_epoch) - SERIES_SECONDS + 1
-    products = []
-    for row in rows:
-        series: dict[str, list[int]] = {r: [0] * SERIES_SECONDS for r in (RESERVE, CONSUME, EXPIRE, CANCEL)}
-        units_series = {r: [0] * SERIES_SECONDS for r in series}
-        for product_id, second, reason, orders, units in series_rows:
-            index = second - first_second
-            if product_id == row["id"] and 0 <= index < SERIES_SECONDS:
-                series[reason][index] = orders
-                units_series[reason][index] = abs(units or 0)
-        products.append(
-            {
-                "id": row["id"],
-                "sku": row["sku"],
-                "name": row["name"],
-                "price": row["price"],
-                "sale_price": row["sale_price"],
-                "strategy": row["inventory_strategy"],
-                "window": {
-                    "state": row["window_state"],
-                    "starts_at": row["sale_starts_at"].isoformat() if row["sale_starts_at"] else None,
-                    "ends_at": row["sale_ends_at"].isoformat() if row["sale_ends_at"] else None,
-                    "seconds_to_start": row["seconds_to_start"],
-                    "seconds_to_end": row["seconds_to_end"],
-                },
-                "available": row["available_stock"],
-                "reserved": row["reserved_stock"],
-                "sold": int(row["sold"]),
-                "sold_since": "opening" if row["sold_since_opening"] else "span",
-                "buckets": [
-                    {"bucket": b, "available": a, "reserved": r}
-                    for b, a, r in (row["buckets"] or [])
-                    if b < row["stock_buckets"] or a or r
-                ],
-                "held": {
-                    "units": row["reserved_stock"],
-                    "next_expiries": [
-                        {"in_seconds": round(s, 1), "units": int(u), "orders": int(o)}
-                        for s, u, o in (row["next_expiries"] or [])
-                    ],
-                },
-                "per_second": {
-                    "orders_created": series[RESERVE],
-                    "orders_paid": series[CONSUME],
-                    "orders_expired": series[EXPIRE],
-                    "orders_cancelled": series[CANCEL],
-                    "units_reserved": units_series[RESERVE],
-                },
-                "queue": _queue(row["id"]),
-            }
-        )
+        sweeper_lag = cursor.fetchone()
+        queues = queue_states(product_ids=params["ids"])
     return {
-        "now": now.isoformat(),
+        "now": now,
         "now_epoch": now_epoch,
-        "series": {"first_second": first_second, "seconds": SERIES_SECONDS},
         "products": products,
-        "sweeper": {"overdue_reservations": overdue_count, "lag_seconds": round(overdue_seconds, 3)},
-        "checkout": opsmetrics.checkout_snapshot(),
-        "refresh_ms": round(1000 * (time.perf_counter() - started), 2),
+        "series": series,
+        "sweeper_lag": sweeper_lag,
+        "queues": queues,
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _product(
+    row: dict[str, Any], series_rows: list[tuple[int, str, int, int]], queue: QueueState | None
+) -> dict[str, Any]:
+    """One product's card; ``series_rows`` are its (index in the charts' span, reason, orders, units)."""
+    orders: dict[str, list[int]] = {r: [0] * SERIES_SECONDS for r in (RESERVE, CONSUME, EXPIRE, CANCEL)}
+    units = {r: [0] * SERIES_SECONDS for r in orders}
+    for index, reason, order_count, unit_count in series_rows:
+        if 0 <= index < SERIES_SECONDS:
+            orders[reason][index] = order_count
+            units[reason][index] = abs(unit_count or 0)
+    return {
+        "id": row["id"],
+        "sku": row["sku"],
+        "name": row["name"],
+        "price": row["price"],
+        "sale_price": row["sale_price"],
+        "strategy": row["inventory_strategy"],
+        "window": {
+            "state": row["window_state"],
+            "starts_at": _iso(row["sale_starts_at"]),
+            "ends_at": _iso(row["sale_ends_at"]),
+            "seconds_to_start": row["seconds_to_start"],
+            "seconds_to_end": row["seconds_to_end"],
+        },
+        "available": row["available_stock"],
+        "reserved": row["reserved_stock"],
+        "sold": int(row["sold"]),
+        "sold_since": "opening" if row["sold_since_opening"] else "span",
+        "buckets": [
+            {"bucket": b, "available": a, "reserved": r}
+            for b, a, r in (row["buckets"] or [])
+            if b < row["stock_buckets"] or a or r
+        ],
+        "held": {
+            "units": row["reserved_stock"],
+            "next_expiries": [
+                {"in_seconds": round(s, 1), "units": int(u), "orders": int(o)}
+                for s, u, o in (row["next_expiries"] or [])
+            ],
+        },
+        "per_second": {
+            "orders_created": orders[RESERVE],
+            "orders_paid": orders[CONSUME],
+            "orders_expired": orders[EXPIRE],
+            "orders_cancelled": orders[CANCEL],
+            "units_reserved": units[RESERVE],
+        },
+        "queue": None if queue is None else _queue(queue),
+    }
+
+
+def _queue(state: QueueState) -> dict[str, Any]:
+    """The product's waiting room: its passes by state, its pace, and where ops pause or resume it (the queue's
+    admin page)."""
+    return {
+        "waiting": state.waiting,
+        "admitted": state.admitted,
+        "expired": state.expired,
+        "admitted_per_second": state.admit_per_second,
+        "paused": state.paused,
+        "pause_url": reverse("admin:waitingroom_productqueue_change", args=[state.product_id]),
     }

@@ -1,4 +1,4 @@
-"""Gauges that only the sweeper loop (``expire_reservations --loop``, orders/sweeper_probes.py) sets and serves on
+"""Gauges that only the sweeper loop (``expire_reservations --loop``, backoffice/sweeper_probes.py) sets and serves on
 its metrics port, so that a Prometheus scraping the sweepers sees the database as they do (alert rules:
 deploy/prometheus/alerts.yml). A module of their own, imported by the sweeper only: in a web worker an unset
 gauge would be exported as 0 (``skincare_database_up 0`` would read as "database down").

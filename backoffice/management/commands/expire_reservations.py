@@ -1,16 +1,40 @@
+"""The sweeper (``manage.py expire_reservations``): one sweep of the orders whose payment window has closed
+(``orders.services.orders_expire_due``, in batches), or with ``--loop`` a worker that sweeps every ``--interval``
+seconds, advances the waiting room's admissions, prunes every app's short-lived rows and runs the alerts' database
+probe."""
+
 import signal
 import threading
 import time
+from http.server import ThreadingHTTPServer
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 
+from backoffice.retention import retention_prune
+from backoffice.sweeper_probes import Probe
 from orders import selectors, services
-from orders.sweeper_probes import Probe
 from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
-from skincare.retention import prune_all
+from skincare.metrics import start_metrics_server
+from waitingroom.metrics import QueueCollector
+from waitingroom.services import queues_advance
+
+
+def install_stop_handlers(stop: threading.Event) -> dict[int, Any]:
+    """SIGTERM and SIGINT set ``stop``; returns the handlers they replace (none off the main thread, where signal
+    handlers cannot be installed). The handler hands the set() to a thread: a handler runs on the main thread between
+    bytecodes and could interrupt stop.wait() while it holds the event's internal (non-reentrant) lock; calling
+    stop.set() right there would deadlock."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def request_stop(*_: Any) -> None:
+        threading.Thread(target=stop.set, name="expire-reservations-stop", daemon=True).start()
+
+    return {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
 
 
 class Command(BaseCommand):
@@ -67,47 +91,17 @@ class Command(BaseCommand):
         if audit_every < 0:
             raise CommandError("--audit-every must not be negative")
         stop = stop_event if stop_event is not None else threading.Event()
-        previous_handlers = {}
         # The handlers go in before anything is printed: a supervisor that sends SIGTERM as soon as the worker
         # speaks must get a clean stop, not the default kill.
-        if loop and threading.current_thread() is threading.main_thread():
-            # Signal handlers can only be installed from the main thread. The handler hands the set() to a
-            # thread: a handler runs on the main thread between bytecodes and could interrupt stop.wait()
-            # while it holds the event's internal (non-reentrant) lock; calling stop.set() right there
-            # would deadlock.
-            def request_stop(*_):
-                threading.Thread(target=stop.set, name="expire-reservations-stop", daemon=True).start()
-
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous_handlers[sig] = signal.signal(sig, request_stop)
+        previous_handlers = install_stop_handlers(stop) if loop else {}
         metrics_server = None
-        probe = Probe(interval=interval, audit_every=audit_every) if loop else None
         try:
             if metrics_port:
-                from skincare.metrics import start_metrics_server  # METRICS_TOKEN, like the web's /metrics
-
-                try:
-                    metrics_server, _thread = start_metrics_server(metrics_port, addr=metrics_addr)
-                except ValueError as exc:
-                    raise CommandError(f"expire_reservations: {exc}") from None
-                self.stdout.write(
-                    f"expire_reservations: metrics on http://{metrics_addr}:{metrics_server.server_port}/metrics"
-                )
+                metrics_server = self.serve_metrics(metrics_port, metrics_addr)
+            probe = Probe(interval=interval, audit_every=audit_every) if loop else None
             while True:
-                try:
-                    self.sweep(batch_size=batch_size, stop=stop)
-                    if loop:
-                        # The worker also keeps short-lived rows within their retention windows (what
-                        # `manage.py prune_retention` does; its counts go to the log, not to stdout).
-                        prune_all()
-                except (DomainError, DatabaseError) as exc:
-                    error = self.retryable(exc)
-                    if not loop:
-                        # Exit code 1. Every batch is one transaction: what committed is done, the rest is due
-                        # again and the next run finishes it.
-                        raise CommandError(f"expire_reservations: {error.message} ({error.code})") from exc
-                    self.stderr.write(f"expire_reservations: {error.message} ({error.code}); next sweep in {interval}s")
-                if probe is not None:  # the alerts' view of the database (orders/sweeper_probes.py)
+                self.run_once(batch_size=batch_size, loop=loop, interval=interval, stop=stop)
+                if probe is not None:  # the alerts' view of the database (backoffice/sweeper_probes.py)
                     probe.run()
                 if not loop or stop.wait(interval):
                     break
@@ -120,6 +114,32 @@ class Command(BaseCommand):
                 metrics_server.server_close()
         if loop:
             self.stdout.write("expire_reservations: stopped")
+
+    def serve_metrics(self, port: int, addr: str) -> ThreadingHTTPServer:
+        """This process's Prometheus metrics on ``port``, protected by METRICS_TOKEN like the web's /metrics."""
+        try:
+            server, _thread = start_metrics_server(port, addr=addr, scrape_collectors=[QueueCollector()])
+        except ValueError as exc:
+            raise CommandError(f"expire_reservations: {exc}") from None
+        self.stdout.write(f"expire_reservations: metrics on http://{addr}:{server.server_port}/metrics")
+        return server
+
+    def run_once(self, *, batch_size: int, loop: bool, interval: float, stop: threading.Event) -> None:
+        """One sweep; in a loop, then the waiting room's admissions (docs/queue.md) and the retention pruning (what
+        `manage.py prune_retention` does; its counts go to the log, not to stdout). A busy or unreachable database
+        ends a one-shot run with exit code 1 and is reported and tried again at the next interval of a loop."""
+        try:
+            self.sweep(batch_size=batch_size, stop=stop)
+            if loop:
+                queues_advance()
+                retention_prune()
+        except (DomainError, DatabaseError) as exc:
+            error = self.retryable(exc)
+            if not loop:
+                # Every batch is one transaction: what committed is done, the rest is due again and the next run
+                # finishes it.
+                raise CommandError(f"expire_reservations: {error.message} ({error.code})") from exc
+            self.stderr.write(f"expire_reservations: {error.message} ({error.code}); next sweep in {interval}s")
 
     @staticmethod
     def retryable(exc: Exception) -> DomainError:

@@ -1,4 +1,6 @@
-"""Order endpoints: a customer's own order, and cancelling it. Thin: parse, call a selector or service, render."""
+"""An order as the API shows it, and the order endpoints (a customer's own order, cancelling it). Here in payments,
+not in orders: an order's JSON carries the link its customer pays at (:func:`payments.sandbox.payment_url`), and
+the checkout's 201 renders the same JSON. Thin: parse, call a selector or service, render."""
 
 from typing import Any
 
@@ -9,8 +11,8 @@ from rest_framework.views import APIView
 
 from orders import schemas, selectors, services
 from orders.exceptions import OrderNotFound
-from orders.payment_links import payment_url
 from orders.selectors import OrderView
+from payments.sandbox import payment_url
 from skincare.api import authenticated_customer
 
 

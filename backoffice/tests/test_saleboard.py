@@ -1,4 +1,4 @@
-"""The sale board (orders/admin_board.py, orders/saleboard.py): who may see it, what one refresh says after
+"""The sale board (backoffice/views.py, backoffice/saleboard.py): who may see it, what one refresh says after
 checkouts, payments, expiries and refusals, and that reading it waits for no lock a checkout holds."""
 
 import json
@@ -10,23 +10,26 @@ from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import OperationalError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from backoffice import opsmetrics, saleboard
 from devtools.processes import Gunicorn
 from devtools.testing import ThreadRun, make_overdue, run_concurrently
 from inventory.permissions import ensure_ops_groups
-from orders import saleboard
 from orders.models import Order
 from payments import services as payment_services
 from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout_once
-from skincare import opsmetrics
 from skincare.tests.test_metrics import _url as database_url_for_children
+from waitingroom import services as queue_services
+from waitingroom.models import QueuePass
+from waitingroom.testing import admit_now, lapse_admissions, queue_product
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DATA = "admin:orders_sale_board_data"
+PAGE, DATA = "sale-board", "sale-board-data"
 
 
 @pytest.fixture
@@ -61,20 +64,20 @@ def pay(order):
 def test_staff_without_the_view_permission_is_refused(client):
     user = get_user_model().objects.create_user(username="plain-staff", password="pw", is_staff=True)
     client.force_login(user)
-    assert client.get(reverse("admin:orders_sale_board")).status_code == 403
+    assert client.get(reverse(PAGE)).status_code == 403
     response = client.get(reverse(DATA))
     assert response.status_code == 403
     assert response.json()["code"] == "forbidden"
 
 
 def test_anonymous_is_sent_to_the_login_page(client):
-    response = client.get(reverse("admin:orders_sale_board"))
+    response = client.get(reverse(PAGE))
     assert response.status_code == 302
     assert reverse("admin:login") in response["Location"]
 
 
 def test_the_page_needs_no_external_script(viewer):
-    response = viewer.get(reverse("admin:orders_sale_board"))
+    response = viewer.get(reverse(PAGE))
     assert response.status_code == 200
     html = response.content.decode()
     assert 'id="outcome-chart"' in html
@@ -152,18 +155,69 @@ def test_sale_window_state_and_buckets(viewer, make_product):
     assert product_on_board(data, pinned.pk)["window"]["state"] == "no_window"
 
 
-def test_a_registered_waiting_room_shows(viewer, make_product):
-    product = make_product(stock=1)
+def queued_products(make_product, make_customer, count):
+    """``count`` products on sale now, each with a queue and two passes: one waiting, one expired."""
+    products = [make_product(stock=1) for _ in range(count)]
+    for product in products:
+        queue_product(product, starts_in=-1)
+        for _ in range(2):
+            queue_services.queue_join(customer=make_customer(), product_id=product.pk)
+        admit_now(product)  # the pass at the front is admitted (one unit: one admission) ...
+        lapse_admissions(product)  # ... and lets its admission expire
+    return products
 
-    def source(product_id):
-        return {"waiting": 7, "admitted": 3, "lapsed": 1, "admitted_per_second": 2.0, "paused": False}
 
-    saleboard.register_queue_source(source)
-    try:
-        board = product_on_board(viewer.get(reverse(DATA), {"product": product.pk}).json(), product.pk)
-    finally:
-        saleboard._queue_sources.remove(source)
-    assert board["queue"]["waiting"] == 7
+def test_one_refresh_is_a_fixed_number_of_statements_however_many_products(make_product, make_customer):
+    """What the module's docstring says: REFRESH_STATEMENTS statements, one transaction opened as REPEATABLE READ
+    READ ONLY, the queue panel inside it with one statement for every product (counted by Django's statement
+    capture on the real database, BEGIN and COMMIT included, for 1 and for 6 products with a queue)."""
+    few = queued_products(make_product, make_customer, 1)
+    with CaptureQueriesContext(connection) as one:
+        data = saleboard.board(pinned=[p.pk for p in few])
+    many = few + queued_products(make_product, make_customer, 5)
+    with CaptureQueriesContext(connection) as six:
+        data = saleboard.board(pinned=[p.pk for p in many])
+
+    assert saleboard.REFRESH_STATEMENTS == 8
+    assert len(one.captured_queries) == len(six.captured_queries) == saleboard.REFRESH_STATEMENTS, [
+        q["sql"][:60] for q in six.captured_queries
+    ]
+    statements = [q["sql"] for q in six.captured_queries]
+    assert statements[:2] == ["BEGIN", "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"]
+    assert statements[-1] == "COMMIT"
+    assert sum("product_queues" in q["sql"] for q in six.captured_queries) == 1
+    queues = [product_on_board(data, p.pk)["queue"] for p in many]
+    assert [(q["waiting"], q["admitted"], q["expired"]) for q in queues] == [(1, 0, 1)] * 6
+
+
+def refresh_while_another_transaction_commits(product, customer, *, inside_a_transaction):
+    """One refresh of the board; right after its first SELECT another connection commits a new pass in the
+    product's queue. Returns the queue panel's waiting count."""
+
+    def join_meanwhile(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql == saleboard.LEDGER_CUTOFF_SQL:
+            joined = ThreadRun(lambda: queue_services.queue_join(customer=customer, product_id=product.pk))
+            assert joined.join().error is None
+        return result
+
+    with connection.execute_wrapper(join_meanwhile):
+        if inside_a_transaction:  # the board then reads on the caller's READ COMMITTED transaction
+            with transaction.atomic():
+                data = saleboard.board(pinned=[product.pk])
+        else:
+            data = saleboard.board(pinned=[product.pk])
+    return product_on_board(data, product.pk)["queue"]["waiting"]
+
+
+def test_one_refresh_reads_one_snapshot(make_product, make_customer):
+    """A pass committed between the refresh's first and last statements is not on the board: every statement read
+    the snapshot the first one took. Control: the same refresh inside a READ COMMITTED transaction (each statement
+    its own snapshot) does show it, so the test sees a board that is not one snapshot."""
+    [product] = queued_products(make_product, make_customer, 1)
+    assert refresh_while_another_transaction_commits(product, make_customer(), inside_a_transaction=False) == 1
+    assert QueuePass.objects.filter(product=product).count() == 3  # the join did commit meanwhile
+    assert refresh_while_another_transaction_commits(product, make_customer(), inside_a_transaction=True) == 3
 
 
 def test_a_refresh_waits_for_no_lock_a_checkout_holds(make_product, customer):

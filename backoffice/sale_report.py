@@ -1,7 +1,7 @@
 """The report after a sale (``manage.py sale_report``): computed from the stock ledger and the orders on one
 REPEATABLE READ snapshot, with the consistency audit (orders.audit) run on that same snapshot, so the figures
-are exactly what the audit vouches for. Late payments and refunds come from the payments app through
-:func:`register_payments_source` (orders must not import payments).
+are exactly what the audit vouches for. Late payments and refunds come from the payments app
+(:func:`payments.reporting.payments_for_report`), on the same snapshot.
 
 - orders / units / revenue: the orders created since ``since`` that have a line of the product, by status
   (``expired`` = cancelled with ``payment_timeout``; ``cancelled`` = by the customer or staff);
@@ -15,7 +15,6 @@ are exactly what the audit vouches for. Late payments and refunds come from the 
 import dataclasses
 import datetime as dt
 from collections import Counter
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -24,6 +23,7 @@ from django.db import connection, transaction
 from inventory.models import StockMovement
 from orders.audit import Violation, audit_inventory
 from orders.models import OrderCancelReason, OrderStatus
+from payments.reporting import payments_for_report
 
 PAID, PENDING, CANCELLED = OrderStatus.PAID.value, OrderStatus.PENDING_PAYMENT.value, OrderStatus.CANCELLED.value
 TIMEOUT = OrderCancelReason.PAYMENT_TIMEOUT.value
@@ -45,16 +45,6 @@ LEDGER_SQL = """
     SELECT id, created_at, available_delta, reserved_delta, reason, order_id
       FROM stock_movements WHERE product_id = %(product)s ORDER BY id
 """
-
-PaymentsSource = Callable[[int, dt.datetime], dict[str, Any]]
-_payments_source: PaymentsSource | None = None
-
-
-def register_payments_source(source: PaymentsSource | None) -> None:
-    """The payments app plugs in ``(product_id, since) -> {"late_payments": n, "refunds_to_make": n,
-    "refund_amount": Decimal, "mismatches": n}`` (payments/reporting.py)."""
-    global _payments_source  # one process-wide hook, set once at start-up
-    _payments_source = source
 
 
 @dataclasses.dataclass
@@ -80,7 +70,7 @@ class SaleReport:
     sold_out_at: dt.datetime | None = None
     peak_orders_per_second: int = 0
     peak_at: dt.datetime | None = None
-    payments: dict[str, Any] | None = None
+    payments: dict[str, Any] = dataclasses.field(default_factory=dict)  # payments.reporting.payments_for_report
     audit: list[Violation] = dataclasses.field(default_factory=list)
     # (time, units available after the row) from the opening on, and (second, orders created in it).
     available_series: list[tuple[dt.datetime, int]] = dataclasses.field(default_factory=list)
@@ -123,43 +113,51 @@ def sale_report(*, product_id: int, since: dt.datetime | None = None) -> SaleRep
             available_now=available_now,
             reserved_now=reserved_now,
         )
-        order_ids = set()
-        for order_id, status, reason, qty, amount in orders:
-            order_ids.add(order_id)
-            report.orders += 1
-            if status == PAID:
-                report.paid += 1
-                report.units_sold += qty
-                report.revenue += amount
-            elif status == PENDING:
-                report.pending += 1
-            elif status == CANCELLED and reason == TIMEOUT:
-                report.expired += 1
-            else:
-                report.cancelled += 1
-        available = 0
-        per_second: Counter[dt.datetime] = Counter()
-        for _id, at, available_delta, reserved_delta, reason, order_id in ledger:
-            available += available_delta
-            if at < opening:
-                report.available_at_opening = available
-                continue
-            report.available_series.append((at, available))
-            if report.sold_out_at is None and available == 0 and available_delta < 0:
-                report.sold_out_at = at
-            if reason == RESERVE:
-                per_second[at.replace(microsecond=0)] += 1
-            if reason == CONSUME and order_id in order_ids:
-                report.units_sold_by_ledger += -reserved_delta
-        report.orders_per_second = sorted(per_second.items())
-        if per_second:
-            report.peak_at, report.peak_orders_per_second = max(
-                per_second.items(), key=lambda kv: (kv[1], -kv[0].timestamp())
-            )
+        _count_orders(report, orders)
+        _walk_ledger(report, ledger, order_ids={row[0] for row in orders})
         report.audit = audit_inventory()  # inside this transaction: the same snapshot
-        if _payments_source is not None:
-            report.payments = _payments_source(product_id, opening)
+        report.payments = payments_for_report(product_id, opening)
     return report
+
+
+def _count_orders(report: SaleReport, orders: list[tuple[Any, ...]]) -> None:
+    """Orders by status, units sold and revenue (ORDERS_SQL's rows)."""
+    for _order_id, status, reason, qty, amount in orders:
+        report.orders += 1
+        if status == PAID:
+            report.paid += 1
+            report.units_sold += qty
+            report.revenue += amount
+        elif status == PENDING:
+            report.pending += 1
+        elif status == CANCELLED and reason == TIMEOUT:
+            report.expired += 1
+        else:
+            report.cancelled += 1
+
+
+def _walk_ledger(report: SaleReport, ledger: list[tuple[Any, ...]], *, order_ids: set[int]) -> None:
+    """Units available over time, sold out, orders per second and its peak, and the units the ledger says the
+    report's orders consumed (LEDGER_SQL's rows, oldest first)."""
+    available = 0
+    per_second: Counter[dt.datetime] = Counter()
+    for _id, at, available_delta, reserved_delta, reason, order_id in ledger:
+        available += available_delta
+        if at < report.opening:
+            report.available_at_opening = available
+            continue
+        report.available_series.append((at, available))
+        if report.sold_out_at is None and available == 0 and available_delta < 0:
+            report.sold_out_at = at
+        if reason == RESERVE:
+            per_second[at.replace(microsecond=0)] += 1
+        if reason == CONSUME and order_id in order_ids:
+            report.units_sold_by_ledger += -reserved_delta
+    report.orders_per_second = sorted(per_second.items())
+    if per_second:
+        report.peak_at, report.peak_orders_per_second = max(
+            per_second.items(), key=lambda kv: (kv[1], -kv[0].timestamp())
+        )
 
 
 def write_png(report: SaleReport, path: str) -> None:

@@ -1,4 +1,4 @@
-"""The sweeper loop's probe (orders/sweeper_probes.py): what it exports for the alert rules, read from a real
+"""The sweeper loop's probe (backoffice/sweeper_probes.py): what it exports for the alert rules, read from a real
 database in a real state: overdue reservations, a backend waiting for a row lock, an open transaction, and the
 audit's result (clean, then after a ledger row written behind the services' back)."""
 
@@ -7,10 +7,10 @@ import threading
 import pytest
 from django.db import connection, transaction
 
+from backoffice import probemetrics
+from backoffice.sweeper_probes import Probe
 from devtools.testing import ThreadRun, make_overdue, wait_for_lock_waiters
-from orders.sweeper_probes import Probe
 from payments.testing import place_order
-from skincare import probemetrics
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

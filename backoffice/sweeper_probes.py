@@ -9,9 +9,9 @@ import time
 
 from django.db import DatabaseError, connection
 
+from backoffice import probemetrics
+from backoffice.saleboard import SWEEPER_LAG_SQL
 from orders.audit import CHECKS, audit_inventory
-from orders.saleboard import SWEEPER_LAG_SQL
-from skincare import probemetrics
 from skincare.db import is_connection_failure
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from skincare.retention import prune_all
+from backoffice.retention import retention_prune
 
 
 class Command(BaseCommand):
@@ -13,5 +13,5 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        results = prune_all()
+        results = retention_prune()
         self.stdout.write("prune_retention: " + ", ".join(f"{name} {count} deleted" for name, count in results.items()))

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from orders.sale_report import ProductNotFound, sale_report, write_png
+from backoffice.sale_report import ProductNotFound, sale_report, write_png
 
 
 class Command(BaseCommand):
@@ -61,14 +61,11 @@ class Command(BaseCommand):
         peak = f" at {report.peak_at:%H:%M:%S}" if report.peak_at else ""
         out(f"  peak:            {report.peak_orders_per_second} orders/s{peak}")
         out(f"  now:             {report.available_now} available, {report.reserved_now} held by unpaid orders")
-        if report.payments is None:
-            out("  payments:        (no payments app installed)")
-        else:
-            p = report.payments
-            out(
-                f"  late payments:   {p['late_payments']}; refunds to make: {p['refunds_to_make']} "
-                f"totalling {p['refund_amount']:.2f}; amount or currency mismatches: {p['mismatches']}"
-            )
+        p = report.payments
+        out(
+            f"  late payments:   {p['late_payments']}; refunds to make: {p['refunds_to_make']} "
+            f"totalling {p['refund_amount']:.2f}; amount or currency mismatches: {p['mismatches']}"
+        )
         out(f"  picture:         {path}")
         if report.audit:
             for violation in report.audit:

@@ -1,5 +1,5 @@
 """What the sale board reads from the Prometheus metrics of :mod:`skincare.metrics` (the gauges the sweeper's
-probe exports are in :mod:`skincare.probemetrics`).
+probe exports are in :mod:`backoffice.probemetrics`).
 
 :func:`checkout_snapshot` reads the checkout counters and latency histogram the way ``/metrics`` does
 (:func:`skincare.metrics.registry`): under gunicorn, every worker's mmap'ed file in ``PROMETHEUS_MULTIPROC_DIR`` of

@@ -20,12 +20,12 @@ from django.urls import reverse
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from backoffice import opsmetrics
 from devtools.testing import assert_invariants
 from inventory.permissions import ensure_ops_groups
 from inventory.tests.test_browser_ops import WAIT_SECONDS, launch_browser  # noqa: F401 - the fixture
 from orders.models import Order
 from payments import services as payment_services
-from skincare import opsmetrics
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -67,7 +67,7 @@ def test_the_board_follows_a_sale(launch_browser, live_server, make_product, mak
             [product.pk],
         )
     wait = WebDriverWait(browser, WAIT_SECONDS)
-    board_path = reverse("admin:orders_sale_board")
+    board_path = reverse("sale-board")
     browser.get(f"{live_server.url}{reverse('admin:login')}?next={board_path}")
     browser.find_element(By.NAME, "username").send_keys(USERNAME)
     browser.find_element(By.NAME, "password").send_keys(PASSWORD)
