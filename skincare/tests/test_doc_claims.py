@@ -74,14 +74,18 @@ def claims(text: str) -> Iterator[tuple[str, str]]:
 def unclaimed_sentences(text: str, *, name: str) -> list[str]:
     """The behaviour sentences of a doc that no claim holds."""
     held = [(m.start(), m.end()) for m in MARKER.finditer(text)]
-    found = []
+    found: dict[str, int] = {}  # sentence -> its first line
     for pattern in UNCLAIMED:
         for match in pattern.finditer(FENCE.sub(lambda m: " " * len(m.group(0)), text)):
             if any(start <= match.start() < end for start, end in held):
                 continue
             line = text.count("\n", 0, match.start()) + 1
-            found.append(f"{name}:{line}: a behaviour no test holds: {sentence_at(text, match.start())!r}")
-    return sorted(set(found), key=lambda f: int(f.split(":")[1]))
+            sentence = sentence_at(text, match.start())
+            found[sentence] = min(line, found.get(sentence, line))
+    return [
+        f"{name}:{line}: a behaviour no test holds: {sentence!r}"
+        for sentence, line in sorted(found.items(), key=lambda item: item[1])
+    ]
 
 
 def sentence_at(text: str, at: int) -> str:
