@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 
 from inventory.models import StockBucket
@@ -353,6 +354,7 @@ CLAIMS = ("checkout.statements", "checkout.round-trips", "saleboard.statements")
 
 @pytest.fixture
 def measured(make_product, make_customer, tmp_path) -> Measured:
+    assert settings.DB_PREPARED_STATEMENTS, "the docs state a checkout connected directly (prepared statements on)"
     product = make_product(stock=100)
     names = [
         name
