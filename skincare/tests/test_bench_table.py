@@ -1,6 +1,8 @@
 """The one results table: medians over the rounds, each row's ratio to its baseline row of the same run, the block
 written between its markers of docs/benchmarks.md and nowhere else; ``python -m bench`` names its measurements."""
 
+import re
+
 import pytest
 
 from bench import __main__ as bench_main
@@ -99,3 +101,15 @@ def test_python_m_bench_names_its_measurements(capsys):
     assert bench_main.main(["nonsense"]) == 2
     usage = capsys.readouterr().out
     assert all(f"python -m bench {name}" in usage for name in bench_main.COMMANDS)
+
+
+def test_each_decision_names_rows_the_bench_measures():
+    from bench import cells
+
+    decisions = table.DOCS.read_text().partition("## Decisions")[2]
+    named = {" ".join(name.split()) for name in re.findall(r"(?<!\*)\*([^*]+)\*(?!\*)", decisions)}
+    rows = {cell.row for cell in cells.CELLS}
+
+    assert named and named <= rows, named - rows
+    bullets = decisions.split("\n- ")[1:]
+    assert bullets and all(re.search(r"\brow\b", bullet, re.IGNORECASE) for bullet in bullets)
