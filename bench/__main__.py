@@ -55,7 +55,7 @@ def measure(command: str, argv: Sequence[str]) -> int:
         rows += cpu.rows(cpu.run_worker(ROOT, url, rounds=7, requests=300, warmup=50))
     (RESULTS / f"bench-{command}.json").write_text(json.dumps({"cells": results, "rows": rows}, indent=2))
     run = (
-        f"`make bench` ({round((time.monotonic() - started) / 60)} minutes): {args.rounds} rounds of every cell, "
+        f"`python -m bench {command}` ({round((time.monotonic() - started) / 60)} minutes): {args.rounds} rounds of every cell, "
         f"{args.duration} s per cell, {args.connections} wrk connections / pgbench clients, gunicorn with "
         f"{cells.WORKERS} sync workers; medians over the rounds."
     )

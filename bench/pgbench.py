@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sampling import wait_sampling
-from bench.scripts import FALLBACK_SEQUENCE
+from bench.scripts import FALLBACK_SEQUENCE, variables
 from bench.tools import pg_bindir
 from devtools.processes import RESULTS, ROOT, parse_qs_host, query
 
@@ -74,7 +74,8 @@ def run_pgbench(
         str(Path(pg_bindir()) / "pgbench"),
         "-h", conn["host"], "-p", conn["port"], "-U", conn["user"],
         "-n", "-M", query_mode, "-c", str(clients), "-j", "2", "-T", str(duration),
-        "-f", str(path), "-l", "--log-prefix", str(logdir / "tx"), conn["dbname"],
+        "-f", str(path), "-l", "--log-prefix", str(logdir / "tx"),
+        *variables(query_mode), conn["dbname"],
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     resources = wait_sampling(proc, ())

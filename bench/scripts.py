@@ -24,6 +24,18 @@ from bench.seeding import HOT, SPREAD_COUNT, SPREAD_FIRST
 
 TTL_SECONDS = 1800  # RESERVATION_TTL_SECONDS's default
 FALLBACK_SEQUENCE = "bench_fallback"
+# Parameters of the order statement whose values switch its branches off (no pending-order cap, no limited product):
+# pgbench variables (``-D``), so that with ``-M prepared`` they are bound parameters, as the service sends them, and
+# the planner cannot fold them away at parse time (what makes the generic plan worth asking for).
+VARIABLES = {"max_pending": "0", "limited_ids": "{}"}
+
+
+def variables(query_mode: str) -> list[str]:
+    """``VARIABLES`` as pgbench's ``-D`` options: with ``-M simple`` pgbench pastes a value into the text, so a text
+    value is quoted there; with ``-M prepared`` it is a parameter's value, sent as it is."""
+    quote = query_mode == "simple"
+    return [f"-D{k}=" + (f"'{v}'" if quote and not v.isdigit() else v) for k, v in VARIABLES.items()]
+
 
 SEED_HEAD = """BEGIN;
 SELECT price, now() AS db_now FROM products WHERE id = :pid AND is_active \\gset
@@ -71,8 +83,8 @@ def _order_insert(sent: dict[str, Any]) -> str:
             product_ids="ARRAY[:pid]",
             qtys="ARRAY[1]",
             prices="ARRAY[:price]",
-            limited_ids="ARRAY[]::bigint[]",
-            max_pending="0",
+            limited_ids=":limited_ids",
+            max_pending=":max_pending",
         )
         + " \\gset o_"
     )

@@ -105,6 +105,8 @@ def test_the_service_script_carries_the_services_statements_with_every_parameter
     ):
         assert text in script
     assert sent["GENERIC_PLANS_SQL"] not in scripts.service_script(sent, 7, generic_plans=False)
+    # the values that switch the order statement's branches off are bound parameters, as the service sends them
+    assert ":max_pending > 0" in script and "cardinality(:limited_ids::bigint[])" in script
     assert (
         script.index("pg_advisory_xact_lock") < script.index("WITH new_order AS") < script.index("UPDATE stock_buckets")
     )
@@ -112,6 +114,12 @@ def test_the_service_script_carries_the_services_statements_with_every_parameter
     assert len(claims) >= 2  # the claim that never waits, then at least one waiting pass
     assert [bucketed.index(claim) for claim in claims] == sorted(bucketed.index(claim) for claim in claims)
     assert len(re.findall(r"^ROLLBACK TO SAVEPOINT claim", bucketed, flags=re.MULTILINE)) == len(claims) - 1
+
+
+@pytest.mark.django_db
+def test_pgbench_gets_the_variables_as_parameters_or_as_quoted_text():
+    assert scripts.variables("prepared") == ["-Dmax_pending=0", "-Dlimited_ids={}"]
+    assert scripts.variables("simple") == ["-Dmax_pending=0", "-Dlimited_ids='{}'"]
 
 
 @pytest.mark.django_db
