@@ -145,7 +145,7 @@ loadtest-queue: demo
 	$(PY) -m bench loadtest --only queue
 
 # Every cell of the benchmark on a fresh database, the one results table written into docs/benchmarks.md (about
-# 10 minutes on two cores).
+# 8 minutes on two cores).
 bench: demo
 	$(PY) -m bench table
 

@@ -210,11 +210,10 @@ def worker_env(tree: Path, url: str) -> dict[str, str]:
         DJANGO_ENV="development",
         DJANGO_READ_DOT_ENV_FILE="false",
         LOG_LEVEL="INFO",
-        DJANGO_SECRET_KEY=demo.BENCH_SECRET_KEY,
-        PAYMENT_WEBHOOK_SECRET=demo.BENCH_WEBHOOK_SECRET,
         MAX_PENDING_ORDERS_PER_CUSTOMER="0",
         DB_CONN_MAX_AGE="600",
     )
+    env.update({"DJANGO_SECRET_KEY": demo.BENCH_SECRET_KEY, "PAYMENT_WEBHOOK_SECRET": demo.BENCH_WEBHOOK_SECRET})
     env.pop("DJANGO_DEBUG", None)
     return env
 

@@ -33,7 +33,7 @@ SETTINGS_MODULE = "bench.floor_settings"
 
 
 def statements() -> list[str]:
-    """The seed's transaction as bench.drivers gives it to pgbench, in its order (price read, order, guarded UPDATE,
+    """The seed's transaction as bench.scripts gives it to pgbench, in its order (price read, order, guarded UPDATE,
     order line, reservation, payment attempt, ledger row), each with ``:name`` as a bound parameter ``%(name)s``."""
     lines = [line for line in SEED_HEAD.splitlines() if line.strip() and line.strip() != "BEGIN;"]
     out = []
