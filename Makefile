@@ -18,18 +18,17 @@ export DJANGO_ENV := development
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
 	@echo "make test   - set up, start the database, lint, run the whole test suite"
 	@echo "make stop   - stop the embedded PostgreSQL"
-	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
+	@echo "make loadtest / make bench - Locust swarm checks / the benchmark's results table (see docs/benchmarks.md)"
 	@echo "make loadtest-queue - the waiting room's load profile: 5,000 buyers without and with a queue (docs/queue.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
 	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
-	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
@@ -137,17 +136,16 @@ stop: setup
 	$(PY) -m devtools.devdb stop
 
 loadtest: demo
-	$(PY) -m bench.loadtest
+	$(PY) -m bench loadtest
 
 # The waiting room's profile alone (`make loadtest` runs it too, last; about four minutes on a quiet machine).
 loadtest-queue: demo
-	$(PY) -m bench.loadtest --only queue
+	$(PY) -m bench loadtest --only queue
 
-# The throughput benchmark (bench.run, its strategy matrix, stock buckets, WAL and HOT), then every benchmark goal
-# beside the baseline of the same run, the framework's floor included (bench.goals, about 8 minutes).
+# Every cell of the benchmark on a fresh database, the one results table written into docs/benchmarks.md (about
+# 8 minutes on two cores).
 bench: demo
-	$(PY) -m bench.run
-	$(PY) -m bench.goals
+	$(PY) -m bench table
 
 # Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
 mutate: db
@@ -175,10 +173,6 @@ failover-deps:
 failover: setup failover-deps
 	$(PY) -m devtools.failover
 	$(PY) -m devtools.failover --control
-
-# Connection handling matrix: persistent connections vs Django's psycopg pool, with and without PgBouncer.
-bench-conn: db pgbouncer-deps
-	$(PY) -m bench.connmatrix
 
 clean: stop
 	rm -rf .data staticfiles

@@ -1,5 +1,5 @@
-"""Shared plumbing for the bench tools (``bench.loadtest``, ``bench.run`` and its modules, ``devtools.djangoctl``,
-``bench.roundtrips``) and the rehearsals (``devtools.scaleout``, ``devtools.failover``): databases, manage.py,
+"""Shared plumbing for the bench (``python -m bench``: its cells and the load test), ``devtools.djangoctl``
+and the rehearsals (``devtools.scaleout``, ``devtools.failover``): databases, manage.py,
 Django setup, gunicorn, sweepers, metrics, signed webhooks, free ports.
 
 Every process started here gets an explicit ``DATABASE_URL`` and talks to 127.0.0.1 only.

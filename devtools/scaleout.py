@@ -47,7 +47,7 @@ MIXED_PRODUCTS = range(102, 109)
 
 
 def recreate(url: str) -> None:
-    """A fresh ``skincare_scaleout``: dropped, created, migrated, the demo data loaded (``bench.connmatrix`` too)."""
+    """A fresh ``skincare_scaleout``: dropped, created, migrated, the demo data loaded."""
     recreate_database(url)
 
 

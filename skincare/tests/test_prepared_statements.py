@@ -110,7 +110,7 @@ def test_the_checkout_and_sweeper_statements_are_prepared_in_this_mode(make_prod
 
     # psycopg forgets (DEALLOCATE ALL) every prepared statement of a connection at each ROLLBACK, a rolled-back
     # savepoint included: a checkout refused inside an outer transaction (here the test's own) rolls back its
-    # savepoint and starts the count again (docs/benchmarks.md#issue-26). An outermost checkout refused before any
+    # savepoint and starts the count again. An outermost checkout refused before any
     # write commits instead and keeps them (the tests below).
     with pytest.raises(StockConflict):
         checkout(customer=make_customer(), items=[(product.pk, 100)])
