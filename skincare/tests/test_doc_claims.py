@@ -35,8 +35,8 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
-from inventory.models import StockBucket
 from backoffice import saleboard
+from inventory.models import StockBucket
 from payments import checkout
 from skincare.locks import ADVISORY_KEY_SPACES, advisory_key
 
