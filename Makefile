@@ -11,9 +11,11 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | 
 PORT ?= 8000
 STATIC_STAMP := staticfiles/.collected
 
-# Every target here is development tooling, so it asks for development explicitly: unset is production
-# (config/modes.py). `make run`'s .env says so too, for the commands typed beside it.
-export DJANGO_ENV := development
+# Every target here is development tooling, so it asks for development when the environment (or make's command
+# line) names no mode: unset is production (config/modes.py), and .env never selects the mode. A mode given wins:
+# `DJANGO_ENV=production make run` is production, which refuses the demo.
+DJANGO_ENV ?= development
+export DJANGO_ENV
 
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2

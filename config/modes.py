@@ -1,11 +1,14 @@
 """The production switch: ``DJANGO_ENV`` is ``production`` or ``development``, nothing else.
 
 Fail closed: an unknown value (``prod``, ``Production``, an empty string, a stray space) refuses to start, and no
-value at all is production, so a process runs in development only when something asked for it. The process
-environment decides; only when it has no ``DJANGO_ENV`` is the ``DJANGO_ENV=`` line of the repository's ``.env``
-read (`make run` writes ``development`` there for the commands typed beside it). ``.env`` can therefore switch a
-process into production but never out of it: with ``DJANGO_ENV=production`` in the environment the file is not read
-at all. The production image sets ``DJANGO_ENV=production`` itself (``Dockerfile``).
+value at all is production, so a process runs in development only when its own environment asked for it. Only the
+process environment selects the mode: a ``DJANGO_ENV`` line of the repository's ``.env`` never does, so a process
+started without ``DJANGO_ENV`` is production whatever ``.env`` says (`make run` and `make test` export
+``development`` themselves; the commands typed beside them export it too, README's "Try it"). In development the
+file may still carry development values; when it has a ``DJANGO_ENV=`` line, its last one must say ``development``
+too: one that says anything else refuses to start (an appended ``production`` line is a mistake to stop at, not a
+line to ignore). Production never reads ``.env``. The production image sets ``DJANGO_ENV=production`` itself
+(``Dockerfile``).
 
 Plain functions only: ``config.settings`` calls this before Django is set up.
 """
@@ -42,23 +45,28 @@ def dot_env_value(path: Path | None) -> str | None:
 
 
 def mode(dot_env: Path | None, environ: dict[str, str] | None = None) -> str:
-    """``production`` or ``development``; raises ImproperlyConfigured for any other value."""
+    """``production`` or ``development``, from the process environment only; raises ImproperlyConfigured for any
+    other value, and in development for a ``dot_env`` whose ``DJANGO_ENV`` line says anything but development."""
     environ = os.environ if environ is None else environ  # type: ignore[assignment]
-    source = "the environment"
     value = environ.get(VARIABLE)
     if value is None:
-        source = str(dot_env)
-        value = dot_env_value(dot_env)
-    if value is None:
-        return PRODUCTION  # nothing asked for development
+        return PRODUCTION  # nothing asked for development; .env is not asked
     if value not in MODES:
         raise ImproperlyConfigured(
-            f"{VARIABLE}={value!r} (from {source}) is not a mode: refusing to start. It must be exactly "
+            f"{VARIABLE}={value!r} (from the environment) is not a mode: refusing to start. It must be exactly "
             f"{PRODUCTION!r} or {DEVELOPMENT!r} (unset is {PRODUCTION!r})."
         )
+    if value == DEVELOPMENT:
+        in_file = dot_env_value(dot_env)
+        if in_file is not None and in_file != DEVELOPMENT:
+            raise ImproperlyConfigured(
+                f"{VARIABLE}={in_file!r} in {dot_env} contradicts {VARIABLE}={DEVELOPMENT!r} in the environment: "
+                f"refusing to start. Only the environment selects the mode: for {PRODUCTION}, export "
+                f"{VARIABLE}={PRODUCTION} (e.g. `{VARIABLE}={PRODUCTION} make run`); otherwise remove the line."
+            )
     return value
 
 
 def production(dot_env: Path | None) -> bool:
-    """``dot_env``: the .env file whose DJANGO_ENV line counts when the environment has none (None: no file)."""
+    """``dot_env``: the .env file a development process reads (None: no file); it never selects the mode."""
     return mode(dot_env) == PRODUCTION

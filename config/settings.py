@@ -74,10 +74,17 @@ if _removed:
 # One switch, DJANGO_ENV, with exactly two values (config/modes.py): ``production`` (DEBUG off, DJANGO_SECRET_KEY
 # and DJANGO_ALLOWED_HOSTS required, secure cookies, HSTS, HTTPS redirect: the production block at the end of this
 # file; every start-up refuses the demo, weak secrets and Django's failed deployment checks: checks tagged
-# "production", skincare/checks.py, payments/checks.py) and ``development``. Anything else refuses to start. Nothing
-# said anywhere is production: development must be asked for (`make run` and the test suite do). The environment
-# wins; only when it says nothing is the .env file's own DJANGO_ENV line read, and production never reads .env.
+# "production", skincare/checks.py, payments/checks.py) and ``development``. Anything else refuses to start. Only
+# the process environment selects the mode: nothing there is production whatever .env says (`make run`, `make test`
+# and the test suite export development; a .env line that contradicts it refuses), and production never reads .env.
 PRODUCTION = modes.production(BASE_DIR / ".env" if _bool("DJANGO_READ_DOT_ENV_FILE", True) else None)
+# What a start without DJANGO_ENV (production) is told when a setting is missing: it may be meant as development.
+_DEVELOPMENT_HINT = (
+    f"This process is production: {modes.VARIABLE} is not set in its environment, and .env is never read in "
+    f"production. For development export {modes.VARIABLE}={modes.DEVELOPMENT} (`make run` does; README, Try it)."
+    if modes.VARIABLE not in os.environ
+    else ""
+)
 
 # Development settings come from one place: the git-ignored .env at the repository root, which `make run` / `make db`
 # write with labelled demo values when it is missing (devtools/devenv.py, values from skincare/demo.py), with the
@@ -96,7 +103,7 @@ if not SECRET_KEY:
     if PRODUCTION or not (DEBUG or _bool("DJANGO_DEV_INSECURE_SECRET_KEY", False)):
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY is not set. Set it (production); for development run `make run` or `make db` once, "
-            "which writes the demo values to .env."
+            f"which writes the demo values to .env. {_DEVELOPMENT_HINT}".strip()
         )
     SECRET_KEY = demo.DEBUG_FALLBACK_SECRET_KEY  # development only
 ALLOWED_HOSTS = (
@@ -206,7 +213,7 @@ def _database():
     if not url:
         raise ImproperlyConfigured(
             "DATABASE_URL is not set: set it, or for development run `make db` (it starts the embedded PostgreSQL "
-            "and writes its DATABASE_URL to .env)."
+            f"and writes its DATABASE_URL to .env). {_DEVELOPMENT_HINT}".strip()
         )
     config = env.db_url_config(url)
     options = config.setdefault("OPTIONS", {})

@@ -13,7 +13,6 @@ import os
 import re
 from pathlib import Path
 
-from config import modes
 from devtools import devdb
 from skincare import demo
 
@@ -24,18 +23,9 @@ HEADER = """\
 # DEMO ONLY: written by `make run` / `make db` (devtools/devenv.py) because .env did not exist. These values are
 # published in the repository; DJANGO_ENV=production refuses them. Git and Docker ignore this file. Edit it for
 # your own development settings (an exported variable wins over it); delete it to get the demo values back.
+# Only a process whose environment has DJANGO_ENV=development reads it (make run exports it; a DJANGO_ENV line
+# here never selects the mode).
 """
-
-
-def ensure_development(path: Path = DOT_ENV) -> bool:
-    """An existing ``.env`` from before the production switch (no ``DJANGO_ENV`` line) asks for development
-    explicitly from now on: unset is production (config/modes.py). True when the line was appended."""
-    if not path.exists() or modes.dot_env_value(path) is not None:
-        return False
-    with path.open("a") as file:
-        file.write("# Development is asked for explicitly (unset is production); added by devtools/devenv.py\n")
-        file.write("DJANGO_ENV=development\n")
-    return True
 
 
 def ensure(path: Path = DOT_ENV) -> bool:
@@ -44,6 +34,29 @@ def ensure(path: Path = DOT_ENV) -> bool:
         return False
     lines = [f"{name}={value}" for name, value in demo.DEV_ENV.items()]
     path.write_text(HEADER + "\n".join(lines) + "\n")
+    return True
+
+
+# What make run / make db wrote to .env before only the environment selected the mode (a demo line, and the line
+# appended to older files with its comment). Harmless to the settings now, but docker compose reads the same file
+# for its own ${DJANGO_ENV}: removed, so that no .env of ours names a mode.
+_OUR_MODE_LINES = re.compile(
+    r"^(?:# Development is asked for explicitly \(unset is production\); added by devtools/devenv\.py\n)?"
+    r"DJANGO_ENV=development\n",
+    re.MULTILINE,
+)
+
+
+def drop_mode_line(path: Path = DOT_ENV) -> bool:
+    """Remove the ``DJANGO_ENV=development`` line (and its comment) that earlier versions of this module wrote to
+    ``path``; a line of the developer's own in any other form stays. True when something was removed."""
+    if not path.exists():
+        return False
+    text = path.read_text()
+    kept = _OUR_MODE_LINES.sub("", text)
+    if kept == text:
+        return False
+    path.write_text(kept)
     return True
 
 
@@ -90,6 +103,8 @@ def banner(*, host: str, port: str, sweep_interval: str) -> str:
             f"  API docs   {base}/v1/docs",
             f"  admin      {base}/admin/   (demo login: {demo.DEMO_OPS_USER} / {demo.DEMO_OPS_PASSWORD})",
             f"  metrics    {base}/metrics",
+            "  manage.py  in another terminal: export DJANGO_ENV=development first (without it a process is "
+            "production)",
             f"  sweeper    expire_reservations every {sweep_interval} s "
             f"(reservations last RESERVATION_TTL_SECONDS={os.environ.get('RESERVATION_TTL_SECONDS', '1800')})",
         ]
@@ -108,8 +123,8 @@ def main() -> None:
     args = parser.parse_args()
     if ensure():
         print(f"wrote {DOT_ENV.name} with the labelled demo settings (skincare/demo.py); edit it for your own")
-    elif ensure_development():
-        print(f"added DJANGO_ENV=development to {DOT_ENV.name} (unset is production)")
+    elif drop_mode_line():
+        print(f"removed DJANGO_ENV=development from {DOT_ENV.name}: only the environment selects the mode")
     if args.database:
         print(database(), flush=True)
     if args.banner:

@@ -48,8 +48,9 @@ def rate_limit_setting(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 
 @checks.register()
 def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """TRUSTED_PROXIES must be CIDRs no wider than a private network; in production /metrics answers only with
-    METRICS_TOKEN, so say when it is unset."""
+    """TRUSTED_PROXIES must be CIDRs, and no wider than a private network (a warning here in development; production
+    refuses it, ``production_trusted_proxies``); in production /metrics answers only with METRICS_TOKEN, so say when
+    it is unset."""
     from skincare.clientaddr import parse_networks, too_wide
 
     problems: list[checks.CheckMessage] = []
@@ -58,7 +59,9 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
     except ValueError as exc:
         problems.append(checks.Error(f"TRUSTED_PROXIES: {exc}", id="skincare.E010"))
         networks = ()
-    for network in too_wide(networks):
+    # In production such a range is refused instead (production_trusted_proxies, skincare.E013).
+    wide = [] if settings.PRODUCTION else too_wide(networks)
+    for network in wide:
         problems.append(
             checks.Warning(
                 f"TRUSTED_PROXIES: {network} is wider than a private network: every client in it can write the "
@@ -76,6 +79,29 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
             )
         )
     return problems
+
+
+@checks.register(PRODUCTION_TAG)
+def production_trusted_proxies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A trusted range wider than a private network takes in clients that are not proxies: each of them could write
+    the X-Forwarded-For entry the login throttle and /metrics believe (any address, loopback included)."""
+    from skincare.clientaddr import parse_networks, too_wide
+
+    if not settings.PRODUCTION:
+        return []
+    try:
+        networks = parse_networks(settings.TRUSTED_PROXIES)
+    except ValueError:
+        return []  # skincare.E010, every mode
+    return [
+        checks.Error(
+            f"TRUSTED_PROXIES: {network} is wider than a private network (/8 for IPv4, fc00::/7 for IPv6): every "
+            "client in it could write the X-Forwarded-For entry the login throttle and /metrics believe.",
+            hint="List your reverse proxies' own addresses or subnets (e.g. 10.0.3.0/24).",
+            id="skincare.E013",
+        )
+        for network in too_wide(networks)
+    ]
 
 
 CURRENCY_CODE = re.compile(r"[A-Z]{3}")

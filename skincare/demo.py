@@ -19,9 +19,8 @@ DEMO_OPS_PASSWORD = "demo-ops-password"  # noqa: S105 - published demo value
 DEMO_USERS = (DEMO_CUSTOMER, DEMO_OPS_USER)
 
 # What `make run` and `make db` write to .env when it does not exist (labelled; an exported variable wins).
+# No DJANGO_ENV: only the process environment selects the mode (config/modes.py).
 DEV_ENV = {
-    # Development is asked for explicitly: unset is production (config/modes.py).
-    "DJANGO_ENV": "development",
     "DJANGO_SECRET_KEY": DEMO_SECRET_KEY,
     "PAYMENT_WEBHOOK_SECRET": DEMO_WEBHOOK_SECRET,
     # The sandbox pays orders without money; without DEBUG it needs the explicit demo opt-in (payments.E002).

@@ -12,6 +12,8 @@ from django.db.models.functions import Now
 class AdminLoginFailure(models.Model):
     client_ip = models.GenericIPAddressField(null=True, blank=True)
     username = models.CharField(max_length=150, blank=True)
+    # The known device the attempt came from (its cookie's id, skincare.login_throttle); empty for other browsers.
+    device = models.CharField(max_length=32, blank=True, default="")
     failed_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -19,6 +21,7 @@ class AdminLoginFailure(models.Model):
         indexes = [
             models.Index(fields=["client_ip", "failed_at"], name="admin_login_fail_ip_idx"),
             models.Index(fields=["username", "failed_at"], name="admin_login_fail_user_idx"),
+            models.Index(fields=["device", "failed_at"], name="admin_login_fail_device_idx"),
         ]
 
     def __str__(self) -> str:
