@@ -9,9 +9,9 @@ COPY . .
 RUN DJANGO_ENV=development DJANGO_READ_DOT_ENV_FILE=false DATABASE_URL=postgres://build@localhost/build \
     DJANGO_SECRET_KEY=build-only-not-a-secret python manage.py collectstatic --noinput -v0
 # The image is production whatever is (not) set at run time: unset DJANGO_ENV is production anyway, and an unknown
-# value refuses to start (skincare/modes.py). It runs as an unprivileged user that owns nothing it serves.
+# value refuses to start (config/modes.py). It runs as an unprivileged user that owns nothing it serves.
 ENV DJANGO_ENV=production HOST=0.0.0.0 PORT=8000
 RUN useradd --system --no-create-home --uid 10001 --shell /usr/sbin/nologin skincare
 USER 10001:10001
 EXPOSE 8000
-CMD ["gunicorn", "-c", "skincare/gunicorn.conf.py", "skincare.wsgi:application"]
+CMD ["gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"]

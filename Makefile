@@ -11,25 +11,26 @@ STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | 
 PORT ?= 8000
 STATIC_STAMP := staticfiles/.collected
 
-# Every target here is development tooling, so it asks for development explicitly: unset is production
-# (skincare/modes.py). `make run`'s .env says so too, for the commands typed beside it.
-export DJANGO_ENV := development
+# Every target here is development tooling, so it asks for development when the environment (or make's command
+# line) names no mode: unset is production (config/modes.py), and .env never selects the mode. A mode given wins:
+# `DJANGO_ENV=production make run` is production, which refuses the demo.
+DJANGO_ENV ?= development
+export DJANGO_ENV
 
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
 	@echo "make test   - set up, start the database, lint, run the whole test suite"
 	@echo "make stop   - stop the embedded PostgreSQL"
-	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
+	@echo "make loadtest / make bench - Locust swarm checks / the benchmark's results table (see docs/benchmarks.md)"
 	@echo "make loadtest-queue - the waiting room's load profile: 5,000 buyers without and with a queue (docs/queue.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
 	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
-	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
@@ -41,12 +42,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 setup: $(STAMP)
 
 # Development settings live in .env (git-ignored), written with labelled demo values when missing
-# (devtools/devenv.py). With DATABASE_URL set, that database is used as is; otherwise the embedded server is
-# started (reused if running).
+# (devtools/devenv.py). With DATABASE_URL set (exported, or a line of your own in .env), that database is used as
+# is; otherwise the embedded server is started (reused if running) and its DATABASE_URL written to .env.
 db: setup
-	@$(PY) -m devtools.devenv
-	@if [ -z "$$DATABASE_URL" ]; then $(PY) -m devtools.devdb ensure >/dev/null && echo "embedded PostgreSQL 18 up (.data/pg)"; \
-	else echo "using DATABASE_URL"; fi
+	@$(PY) -m devtools.devenv --database
 
 migrate: db
 	$(PY) manage.py migrate --noinput -v0
@@ -62,7 +61,7 @@ $(STATIC_STAMP): $(STAMP) $(wildcard */static/*/*) | db
 
 # The web server and the sweeper, both from the Procfile, run by honcho: one Ctrl-C or SIGTERM stops both (honcho
 # sends SIGTERM to each one's process group, SIGKILL after 5 s). `-e /dev/null`: honcho's own .env loading would
-# override exported variables; skincare.settings reads .env itself, with the environment winning. PYTHONUNBUFFERED:
+# override exported variables; config.settings reads .env itself, with the environment winning. PYTHONUNBUFFERED:
 # honcho reads both through pipes, so each line shows when it is printed.
 run: demo $(STATIC_STAMP)
 	@$(PY) -m devtools.devenv --banner --port $(PORT) --sweep-interval $(SWEEP_INTERVAL)
@@ -139,17 +138,16 @@ stop: setup
 	$(PY) -m devtools.devdb stop
 
 loadtest: demo
-	$(PY) -m bench.loadtest
+	$(PY) -m bench loadtest
 
 # The waiting room's profile alone (`make loadtest` runs it too, last; about four minutes on a quiet machine).
 loadtest-queue: demo
-	$(PY) -m bench.loadtest --only queue
+	$(PY) -m bench loadtest --only queue
 
-# The throughput benchmark (bench.run, its strategy matrix, stock buckets, WAL and HOT), then every goal of issue 26
-# beside the baseline of the same run, the framework's floor included (bench.goals, about 8 minutes).
+# Every cell of the benchmark on a fresh database, the one results table written into docs/benchmarks.md (about
+# 8 minutes on two cores).
 bench: demo
-	$(PY) -m bench.run
-	$(PY) -m bench.goals
+	$(PY) -m bench table
 
 # Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
 mutate: db
@@ -177,10 +175,6 @@ failover-deps:
 failover: setup failover-deps
 	$(PY) -m devtools.failover
 	$(PY) -m devtools.failover --control
-
-# Connection handling matrix: persistent connections vs Django's psycopg pool, with and without PgBouncer.
-bench-conn: db pgbouncer-deps
-	$(PY) -m bench.connmatrix
 
 clean: stop
 	rm -rf .data staticfiles

@@ -93,7 +93,7 @@ def api(customer):
 def pytest_configure(config):
     # The flash-sale tests open 100 connections to the live server in the same instant. Django's test server
     # listens with a backlog of 10, which makes the kernel reset the surplus connections; production runs
-    # gunicorn with a backlog of 2048 (skincare/gunicorn.conf.py). Give the test server a production-like queue.
+    # gunicorn with a backlog of 2048 (config/gunicorn.conf.py). Give the test server a production-like queue.
     from django.core.servers.basehttp import WSGIServer
 
     WSGIServer.request_queue_size = 1024

@@ -20,7 +20,7 @@ def use_the_venv() -> None:
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     use_the_venv()
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line

@@ -1,7 +1,7 @@
--- wrk script for bench/run.py. Environment:
---   BENCH_MODE   hot | spread | multi | soldout | healthz
+-- wrk script of the HTTP cells (bench/wrk.py). Environment:
+--   BENCH_MODE   hot | spread | multi | soldout | healthz | product
 --   BENCH_TOKENS file with one customer token per line (Bearer auth)
---   BENCH_PRODUCT           product id for hot / soldout
+--   BENCH_PRODUCT           product id for hot / soldout / product
 --   BENCH_SPREAD_FIRST, BENCH_SPREAD_COUNT   the spread product ids
 --   BENCH_CART   products per multi-item cart (default 3)
 -- done() prints one line "BENCH_JSON {...}" with counts by status and latency percentiles (microseconds). 409s and
@@ -45,6 +45,8 @@ function request()
   n = n + 1
   if mode == "healthz" then
     return wrk.format("GET", "/healthz")
+  elseif mode == "product" then
+    return wrk.format("GET", "/v1/products/" .. hot)
   end
   local items
   if mode == "spread" then

@@ -1,20 +1,19 @@
-"""The framework's floor (issue 26, item 6), built by the benchmark only: the seed's checkout transaction served by
-a minimal Django view on the same gunicorn as the service, so that "everything the checkout adds on top of Django +
-gunicorn + one transaction" is one number (``python -m bench.goals``: checkout ÷ floor, hot and spread).
+"""The framework's floor, built by the benchmark only: the seed's checkout transaction served by a minimal Django
+view on the same gunicorn as the service, so that "everything the checkout adds on top of Django + gunicorn + one
+transaction" is one ratio in the results table (checkout ÷ floor, hot and spread).
 
-- **The SQL** is the seed's transaction that pgbench runs in bench.drivers (``limit-hot-seed-order`` and
-  ``limit-spread``: ``SQL_HEAD``, ``SQL_GUARDED_UPDATE``, ``SQL_REST``), taken from those constants statement by
-  statement (``statements``): pgbench's ``:name`` variables become bound parameters ``%(name)s``; BEGIN and COMMIT
-  are Django's atomic block. One cursor runs them all, on the same tables.
-- **Prepared like the service**: the floor's settings (bench.floor_settings) take ``DATABASES`` from
-  skincare.settings unchanged, so the connection has the service's options (server-side binding and psycopg's
+- **The SQL** is the seed's transaction that pgbench runs (bench.scripts: ``SEED_HEAD``, ``SEED_GUARDED_UPDATE``,
+  ``SEED_REST``), statement by statement (``statements``): pgbench's ``:name`` variables become bound parameters
+  ``%(name)s``; BEGIN and COMMIT are Django's atomic block. One cursor runs them all, on the same tables.
+- **Prepared like the service**: the floor's settings (bench.floor_settings) take ``DATABASES`` from the project's
+  settings unchanged, so the connection has the service's options (server-side binding and psycopg's
   ``prepare_threshold`` on a direct connection, the lock and statement timeouts, ``CONN_MAX_AGE``).
 - **Nothing else**: no installed app, no middleware, no authentication (every order is placed by the customer
   pgbench's script uses, ``BENCH_FLOOR_CUSTOMER``), no logging but gunicorn's. The view answers 201 with a small
   JSON body; 409 when the stock row's guarded UPDATE finds no unit; 400 on a body that names no product.
-- Served by ``gunicorn -c skincare/gunicorn.conf.py bench.floor_wsgi:application`` (bench.goals starts it through
-  ``devtools.processes.Gunicorn(app=...)`` with the service's worker count), driven by the same wrk script
-  (bench/checkout.lua) at ``POST /v1/checkout``. ``/readyz`` answers 200 for the harness's readiness wait.
+- Served by gunicorn with the service's configuration file and ``bench.floor_wsgi:application`` (bench.cells starts
+  it through ``devtools.processes.Gunicorn(app=...)`` with the service's worker count), driven by the same wrk
+  script (bench/checkout.lua) at ``POST /v1/checkout``. ``/readyz`` answers 200 for the harness's readiness wait.
 
 Never in the application's URLconf, never in the image (``bench/`` is in .dockerignore).
 """
@@ -27,18 +26,18 @@ from django.db import connection, transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
-from bench.drivers import SQL_GUARDED_UPDATE, SQL_HEAD, SQL_REST
+from bench.scripts import SEED_GUARDED_UPDATE, SEED_HEAD, SEED_REST
 
 WSGI_APP = "bench.floor_wsgi:application"
 SETTINGS_MODULE = "bench.floor_settings"
 
 
 def statements() -> list[str]:
-    """The seed's transaction as bench.drivers gives it to pgbench, in its order (price read, order, guarded UPDATE,
+    """The seed's transaction as bench.scripts gives it to pgbench, in its order (price read, order, guarded UPDATE,
     order line, reservation, payment attempt, ledger row), each with ``:name`` as a bound parameter ``%(name)s``."""
-    lines = [line for line in SQL_HEAD.splitlines() if line.strip() and line.strip() != "BEGIN;"]
+    lines = [line for line in SEED_HEAD.splitlines() if line.strip() and line.strip() != "BEGIN;"]
     out = []
-    for stmt in [*lines, SQL_GUARDED_UPDATE, *SQL_REST]:
+    for stmt in [*lines, SEED_GUARDED_UPDATE, *SEED_REST]:
         text = stmt.strip().removesuffix("\\gset").strip().removesuffix(";")
         if "::" in text or "\\" in text:
             raise ValueError(f"the seed's statement has a cast or a pgbench command the floor cannot bind: {text}")

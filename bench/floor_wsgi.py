@@ -1,5 +1,5 @@
-"""The WSGI application of the framework's floor (bench.floor): ``gunicorn -c skincare/gunicorn.conf.py
-bench.floor_wsgi:application``. Always bench.floor_settings, whatever the environment names."""
+"""The WSGI application of the framework's floor (bench.floor), served by gunicorn with the service's configuration
+file. Always bench.floor_settings, whatever the environment names."""
 
 import os
 

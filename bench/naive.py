@@ -2,7 +2,7 @@
 
 ``naive_stock_reserve`` is the classic read-check-write: read the counter without a lock, decide in Python,
 write the absolute value back. Two checkouts that read before either commits both "see" the last unit.
-``bench/naive_gunicorn.conf.py`` installs it in each gunicorn worker; ``python -m bench.loadtest --naive`` uses
+``bench/naive_gunicorn.conf.py`` installs it in each gunicorn worker; ``python -m bench loadtest --naive`` uses
 that config.
 """
 

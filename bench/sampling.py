@@ -1,138 +1,67 @@
-"""Resource sampling during a benchmark run (psutil, i.e. /proc): CPU and peak RSS of the gunicorn workers, CPU of
-PostgreSQL (postmaster and its backends), of the load generator and of the whole machine; and waiting for an idle
-machine before a run, since other jobs skew a 2-core benchmark."""
-
-from __future__ import annotations
+"""CPU over one cell, from /proc (psutil): the gunicorn workers', PostgreSQL's (the postmaster and every process it
+started, the ones that exited meanwhile included), the load generator's, and what other processes on the machine
+used (a shared machine: that column says how noisy the cell was)."""
 
 import contextlib
-import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import psutil
 
 from devtools.processes import ROOT
 
-if TYPE_CHECKING:
-    import psutil
 
-
-def cpu_seconds(proc: psutil.Process) -> float | None:
-    """User + system CPU seconds of ``proc``; None once it has exited."""
-    import psutil
-
+def _cpu(proc: psutil.Process | None, *, children: bool = False) -> float:
+    """User + system CPU seconds of ``proc`` (with its exited children's when ``children``); 0 once it is gone."""
+    if proc is None:
+        return 0.0
     with contextlib.suppress(psutil.NoSuchProcess):
         t = proc.cpu_times()
-        return t.user + t.system
+        return t.user + t.system + ((t.children_user + t.children_system) if children else 0.0)
+    return 0.0
+
+
+def postmaster() -> psutil.Process | None:
+    """The embedded server's postmaster (None when the database runs elsewhere: DATABASE_URL)."""
+    with contextlib.suppress(Exception):
+        return psutil.Process(int((ROOT / ".data/pg/postmaster.pid").read_text().split()[0]))
     return None
 
 
-class Sampler:
-    """CPU (from cpu_times deltas) and peak RSS (sampled every 0.25 s) of the gunicorn workers, PostgreSQL
-    (postmaster, live backends and the backends that exited meanwhile), the load generator, and the machine."""
+def postgres_cpu_seconds() -> float:
+    """CPU seconds of the embedded PostgreSQL so far: the postmaster, its live children, the exited ones."""
+    master = postmaster()
+    total = _cpu(master, children=True)
+    for child in master.children() if master else []:
+        total += _cpu(child)
+    return total
 
-    def __init__(self, worker_pids: Iterable[int] = (), loadgen_pid: int | None = None) -> None:
-        import psutil
 
-        self.psutil = psutil
-        self.workers = [psutil.Process(pid) for pid in worker_pids]
-        self.loadgen = psutil.Process(loadgen_pid) if loadgen_pid else None
-        self.postmaster = self._postmaster()
-        self.peak_rss = {p.pid: 0 for p in self.workers}
-        self._stop = threading.Event()
-
-    def _postmaster(self) -> psutil.Process | None:
-        with contextlib.suppress(Exception):
-            pid = int((ROOT / ".data/pg/postmaster.pid").read_text().split()[0])
-            return self.psutil.Process(pid)
-        return None
-
-    def _pg_cpu(self) -> float:
-        if self.postmaster is None:
-            return 0.0
-        t = self.postmaster.cpu_times()
-        total = t.user + t.system + t.children_user + t.children_system
-        for child in self.postmaster.children():
-            with contextlib.suppress(self.psutil.NoSuchProcess):
-                c = child.cpu_times()
-                total += c.user + c.system
-        return total
-
-    def _cpu(self, proc: psutil.Process) -> float:
-        return cpu_seconds(proc) or 0.0
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.25):
-            for p in self.workers:
-                with contextlib.suppress(self.psutil.NoSuchProcess):
-                    self.peak_rss[p.pid] = max(self.peak_rss[p.pid], p.memory_info().rss)
-
-    def start(self) -> Sampler:
-        self.t0 = time.monotonic()
-        self.w0 = {p.pid: self._cpu(p) for p in self.workers}
-        self.pg0 = self._pg_cpu()
-        self.lg0 = self._cpu(self.loadgen) if self.loadgen else 0.0
-        self.sys0 = self.psutil.cpu_times()
-        for p in self.workers:
-            with contextlib.suppress(self.psutil.NoSuchProcess):
-                self.peak_rss[p.pid] = p.memory_info().rss
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-        return self
-
-    def finish(self, loadgen_cpu: float | None = None) -> dict[str, Any]:
-        self._stop.set()
-        self.thread.join()
-        elapsed = time.monotonic() - self.t0
-        sys1 = self.psutil.cpu_times()
-        busy = lambda t: t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0)  # noqa: E731
-        sys_busy = (busy(sys1) - busy(self.sys0)) / max((sum(sys1) - sum(self.sys0)), 1e-9)  # fraction of all cores
-        worker_cpu = [100 * (self._cpu(p) - self.w0[p.pid]) / elapsed for p in self.workers]
-        return {
-            "worker_cpu_pct": [round(c, 1) for c in worker_cpu],
-            "worker_cpu_pct_mean": round(statistics.mean(worker_cpu), 1) if worker_cpu else None,
-            "worker_peak_rss_mb": [round(r / 2**20, 1) for r in self.peak_rss.values()],
-            "worker_peak_rss_mb_max": round(max(self.peak_rss.values()) / 2**20, 1) if self.peak_rss else None,
-            "postgres_cpu_pct": round(100 * (self._pg_cpu() - self.pg0) / elapsed, 1),
-            "loadgen_cpu_pct": round(100 * loadgen_cpu / elapsed, 1) if loadgen_cpu is not None else None,
-            "machine_cpu_pct": round(100 * sys_busy * self.psutil.cpu_count(), 1),  # 200 = both cores busy
-        } | {
-            # what neither the workers, PostgreSQL nor the load generator used: other processes on the machine
-            "other_cpu_pct": round(
-                max(
-                    0.0,
-                    100 * sys_busy * self.psutil.cpu_count()
-                    - sum(worker_cpu)
-                    - 100 * (self._pg_cpu() - self.pg0) / elapsed
-                    - (100 * loadgen_cpu / elapsed if loadgen_cpu is not None else 0),
-                ),
-                1,
-            )
-        }
+def _busy_seconds() -> float:
+    t = psutil.cpu_times()
+    return t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0)
 
 
 def wait_sampling(proc: subprocess.Popen[str], workers: Iterable[int]) -> dict[str, Any]:
-    """Sample the workers' and the load generator's resources until ``proc`` (the load generator) exits."""
-    import psutil
-
+    """Wait for the load generator ``proc`` to exit; the CPU each party used meanwhile (seconds; the load generator's
+    and the other processes' as % of one core)."""
+    workers = [psutil.Process(pid) for pid in workers]
     loadgen = psutil.Process(proc.pid)
-    sampler = Sampler(workers, proc.pid).start()
-    last_cpu = 0.0
+    t0, busy0, pg0 = time.monotonic(), _busy_seconds(), postgres_cpu_seconds()
+    w0 = sum(_cpu(w) for w in workers)
+    loadgen_cpu = 0.0
     while proc.poll() is None:
-        cpu = cpu_seconds(loadgen)
-        if cpu is not None:
-            last_cpu = cpu
+        loadgen_cpu = _cpu(loadgen) or loadgen_cpu  # its last reading before it exits
         time.sleep(0.2)
-    return sampler.finish(loadgen_cpu=last_cpu)
-
-
-def wait_for_quiet(max_wait: float) -> float:
-    """Wait (at most ``max_wait`` s) until the machine is nearly idle: other jobs skew a 2-core benchmark."""
-    import psutil
-
-    deadline = time.monotonic() + max_wait
-    busy = psutil.cpu_percent(interval=1.0)
-    while busy > 25 and time.monotonic() < deadline:
-        busy = psutil.cpu_percent(interval=2.0)
-    return busy
+    elapsed = time.monotonic() - t0
+    worker_s = sum(_cpu(w) for w in workers) - w0
+    pg_s = postgres_cpu_seconds() - pg0
+    other_s = max(0.0, _busy_seconds() - busy0 - worker_s - pg_s - loadgen_cpu)
+    return {
+        "worker_cpu_s": worker_s,
+        "postgres_cpu_s": pg_s,
+        "loadgen_cpu_pct": round(100 * loadgen_cpu / elapsed, 1),
+        "other_cpu_pct": round(100 * other_s / elapsed, 1),
+    }

@@ -1,4 +1,4 @@
-"""The benchmark's data: the product ids and stock the scenarios use, and ``seed()``, which re-creates the benchmark
+"""The benchmark's data: the product ids and stock the cells use, ``seed()``, which re-creates the benchmark
 database with them (demo data, the hot SKU, 1000 spread products, a sold-out SKU, 200 customer tokens)."""
 
 import json
@@ -21,6 +21,7 @@ def seed(url: str) -> tuple[Path, int]:
     """Fresh database at ``url`` with the benchmark data; returns the tokens file (one per line, for wrk) and the
     id of the first bench customer (for pgbench's orders)."""
     log(f"fresh database {url.split('?')[0]}: migrate, demo data, {SPREAD_COUNT} spread products, sold-out SKU")
+    RESULTS.mkdir(exist_ok=True)
     recreate_database(url)
     ctl(url, "seed-spread", str(SPREAD_FIRST), str(SPREAD_COUNT), str(STOCK_BIG))
     ctl(url, "seed-product", str(SOLD_OUT), "0", "--name", "Sold-out serum (bench)")
@@ -31,3 +32,14 @@ def seed(url: str) -> tuple[Path, int]:
     tokens_txt.write_text("\n".join(json.loads(tokens_json.read_text())) + "\n")
     customer_id = manage(url, "shell", "-c", _CUSTOMER_PK, quiet=True).stdout.split()[-1]
     return tokens_txt, int(customer_id)
+
+
+_SET_HOT = """
+from inventory import services
+services.stock_buckets_set(product_id={pid}, buckets={k})
+"""
+
+
+def set_hot_buckets(url: str, buckets: int) -> None:
+    """The hot product's stock spread over ``buckets`` stock buckets, through the service (rebalance ledger rows)."""
+    manage(url, "shell", "-c", _SET_HOT.format(pid=HOT, k=buckets), quiet=True)

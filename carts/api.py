@@ -23,6 +23,7 @@ from payments.api import (
 )
 from skincare import validation
 from skincare.api import authenticated_customer
+from skincare.timestamps import utc_z
 
 
 def parse_cart_id(raw: str) -> uuid.UUID:
@@ -38,7 +39,7 @@ def cart_data(cart: CartView) -> dict[str, Any]:
     return {
         "cart_id": str(cart.cart_id),
         "status": cart.status,
-        "expires_at": cart.expires_at.isoformat().replace("+00:00", "Z"),
+        "expires_at": utc_z(cart.expires_at),
         "order_id": cart.order_id,
         "total": str(total),
         "items": [

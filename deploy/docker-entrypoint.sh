@@ -5,4 +5,4 @@ python manage.py migrate --noinput
 if [ "${LOAD_DEMO_DATA:-false}" = "true" ]; then
     python manage.py load_demo_data
 fi
-exec gunicorn -c skincare/gunicorn.conf.py skincare.wsgi:application
+exec gunicorn -c config/gunicorn.conf.py config.wsgi:application

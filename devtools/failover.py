@@ -556,5 +556,5 @@ def rejoined_as_standby(cluster: Cluster, node: Node, leader: Node) -> bool:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""Shared plumbing for the bench tools (``bench.loadtest``, ``bench.run`` and its modules, ``devtools.djangoctl``,
-``bench.roundtrips``) and the rehearsals (``devtools.scaleout``, ``devtools.failover``): databases, manage.py,
+"""Shared plumbing for the bench (``python -m bench``: its cells and the load test), ``devtools.djangoctl``
+and the rehearsals (``devtools.scaleout``, ``devtools.failover``): databases, manage.py,
 Django setup, gunicorn, sweepers, metrics, signed webhooks, free ports.
 
 Every process started here gets an explicit ``DATABASE_URL`` and talks to 127.0.0.1 only.
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Self
 from urllib.parse import parse_qs, urlparse, urlunparse
 
+from devtools import devdb
 from skincare import demo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,8 +41,11 @@ def without_runtime_dir_warning(text: str) -> list[str]:
 
 
 def setup_django_quietly() -> None:
-    """``django.setup()`` with skincare.settings unless set, and warnings silenced (bulk helpers, not tests)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    """``django.setup()`` with config.settings unless set, and warnings silenced (bulk helpers, not tests). Without
+    DATABASE_URL, the embedded server's (the settings read the variable only)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    if not os.environ.get("DATABASE_URL") and devdb.url() is not None:
+        os.environ["DATABASE_URL"] = devdb.url() or ""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -155,23 +159,20 @@ class Gunicorn:
         conn_max_age: int = 60,
         config: str | None = None,
         extra_env: dict[str, Any] | None = None,
-        app: str = "skincare.wsgi:application",
+        app: str = "config.wsgi:application",
     ) -> None:
         self.port = free_port()
         self.app = app  # the WSGI application (bench.floor_wsgi serves the benchmark's framework floor)
         self.base = f"http://127.0.0.1:{self.port}"
-        self.config = config or "skincare/gunicorn.conf.py"
-        self.settings: dict[str, Any] = {
-            "WEB_CONCURRENCY": workers,
-            "GUNICORN_WORKER_CLASS": worker_class,
-            "GUNICORN_THREADS": threads,
-            "DB_CONN_MAX_AGE": conn_max_age,
-        }
+        self.config = config or "config/gunicorn.conf.py"
+        # The worker class is a constant of config/gunicorn.conf.py; a benchmark's other kinds of worker are given
+        # on gunicorn's command line, which wins over the configuration file.
+        self.worker_class, self.threads = worker_class, threads
+        self.settings: dict[str, Any] = {"WEB_CONCURRENCY": workers, "DB_CONN_MAX_AGE": conn_max_age}
         self.env = django_env(
             url,
             HOST="127.0.0.1",
             PORT=self.port,
-            GUNICORN_LOGLEVEL="warning",
             # As `make run` serves: Django's INFO logging, i.e. one JSON access line per request (its cost is
             # part of what is measured); management commands run by the bench stay at WARNING.
             LOG_LEVEL="INFO",
@@ -184,8 +185,8 @@ class Gunicorn:
 
     def describe(self) -> str:
         s = self.settings
-        kind = s["GUNICORN_WORKER_CLASS"] + (f"x{s['GUNICORN_THREADS']}" if s["GUNICORN_THREADS"] != 1 else "")
-        app = "" if self.app == "skincare.wsgi:application" else f", app {self.app}"
+        kind = self.worker_class + (f"x{self.threads}" if self.threads != 1 else "")
+        app = "" if self.app == "config.wsgi:application" else f", app {self.app}"
         return (
             f"{s['WEB_CONCURRENCY']} {kind} workers, DB_CONN_MAX_AGE={s['DB_CONN_MAX_AGE']}, config {self.config}{app}"
         )
@@ -194,7 +195,14 @@ class Gunicorn:
         RESULTS.mkdir(exist_ok=True)
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [str(ROOT / ".venv/bin/gunicorn"), "-c", self.config, self.app],
+            [
+                str(ROOT / ".venv/bin/gunicorn"),
+                "-c",
+                self.config,
+                f"--worker-class={self.worker_class}",
+                f"--threads={self.threads}",
+                self.app,
+            ],
             cwd=ROOT,
             env=self.env,
             stdout=self._log,

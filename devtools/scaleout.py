@@ -47,7 +47,7 @@ MIXED_PRODUCTS = range(102, 109)
 
 
 def recreate(url: str) -> None:
-    """A fresh ``skincare_scaleout``: dropped, created, migrated, the demo data loaded (``bench.connmatrix`` too)."""
+    """A fresh ``skincare_scaleout``: dropped, created, migrated, the demo data loaded."""
     recreate_database(url)
 
 
@@ -358,5 +358,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "skincare.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.exit(main())

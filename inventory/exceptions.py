@@ -1,10 +1,9 @@
 """Inventory's domain errors: each is one class that declares its code, HTTP status and fields (the body's fields,
 in this order; see ``skincare.errors``)."""
 
-from dataclasses import InitVar
 from datetime import datetime
 
-from skincare.errors import DomainError
+from skincare.errors import DomainError, RetryAfterError
 
 
 class ProductsError(DomainError):
@@ -91,7 +90,7 @@ class LockBusy(ProductsError):
     default_message = "This product is being bought by someone else right now; please retry in a moment."
 
 
-class SaleNotStarted(ProductsError):
+class SaleNotStarted(RetryAfterError, ProductsError):
     """A checkout of a product whose sale window has not opened yet by the database clock of the checkout's
     transaction. ``starts_at`` is when the last of ``product_ids`` opens; ``retry_after`` the whole seconds until
     then (at least 1), per instance. Retryable, so never stored under an Idempotency-Key: the same key can buy once
@@ -102,11 +101,6 @@ class SaleNotStarted(ProductsError):
     default_message = "The sale has not started yet; retry after the time in Retry-After."
 
     starts_at: datetime
-    retry_after_seconds: InitVar[int]
-
-    def __post_init__(self, retry_after_seconds: int) -> None:
-        super().__post_init__()
-        self.retry_after = max(retry_after_seconds, 1)
 
 
 class SaleEnded(ProductsError):

@@ -1,22 +1,22 @@
 """Ops admin for orders and reservations. Everything is read-only; the one write is the *Cancel order* action,
 which calls ``orders.services.order_cancel`` (reason ``ops_cancelled``) for each selected order.
 
-Dependencies point payments → orders → inventory: this module extends the inventory admin in place (a filter
-on active reservations, through ``InventoryAdmin.extend``) and ``payments.admin`` extends this one the same way
-(payment attempts inline); nothing is unregistered, and nothing here imports payments.
+The stock counters' admin gets a filter on active reservations here: :class:`InventoryReservationsAdmin`, the
+inventory admin with one more filter, registered in its place (inventory never imports orders). The sale board's
+"Sale board" button on the order list comes from the back office's template (``backoffice/templates``).
 """
 
 from django.contrib import admin, messages
 from django.db.models import Exists, OuterRef
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils.html import format_html
 
 from inventory.admin import InventoryAdmin, ledger_table
-from inventory.models import StockMovement
-from orders import admin_board, services
+from inventory.models import Inventory, StockMovement
+from orders import services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, OrderLine, Reservation
-from skincare.admin_helpers import ExtensibleAdmin, ReadOnlyAdminMixin, ReadOnlyInline
+from skincare.admin_helpers import ReadOnlyAdminMixin, ReadOnlyInline
 from skincare.errors import ServiceBusy
 
 
@@ -31,7 +31,7 @@ class ReservationInline(ReadOnlyInline):
 
 
 @admin.register(Order)
-class OrderAdmin(ExtensibleAdmin):
+class OrderAdmin(admin.ModelAdmin):
     list_display = ["id", "customer", "status", "total", "payment_expires_at", "cancel_reason", "created_at"]
     list_filter = ["status", "cancel_reason", "created_at"]
     list_select_related = ["customer"]
@@ -50,15 +50,6 @@ class OrderAdmin(ExtensibleAdmin):
     ]
     readonly_fields = fields
     actions = ["cancel_orders"]
-    change_list_template = "admin/orders/order/change_list.html"  # adds the "Sale board" button
-
-    def get_urls(self):
-        wrap = self.admin_site.admin_view  # staff only; the views check orders.view_order
-        return [
-            path("sale-board/", wrap(lambda request: admin_board.board_view(self, request)), name="orders_sale_board"),
-            path("sale-board/data.json", wrap(admin_board.board_data_view), name="orders_sale_board_data"),
-            *super().get_urls(),
-        ]
 
     def has_add_permission(self, request):
         return False  # orders are created by checkout only
@@ -139,4 +130,11 @@ class ActiveReservationsFilter(admin.SimpleListFilter):
         return queryset
 
 
-InventoryAdmin.extend(list_filter=[ActiveReservationsFilter])
+admin.site.unregister(Inventory)
+
+
+@admin.register(Inventory)
+class InventoryReservationsAdmin(InventoryAdmin):
+    """The stock counters' admin with a filter on the product's active reservations."""
+
+    list_filter = [*InventoryAdmin.list_filter, ActiveReservationsFilter]

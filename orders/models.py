@@ -22,7 +22,7 @@ class Order(models.Model):
     CancelReason = OrderCancelReason
 
     # db_index=False on a foreign key here and below: an index below (or a unique constraint) leads with the column,
-    # and every index is one more write per checkout (docs/benchmarks.md#issue-26-the-databases-work-per-checkout)
+    # and every index is one more write per checkout.
     customer = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders", db_index=False
     )
@@ -33,7 +33,7 @@ class Order(models.Model):
     total = models.DecimalField(max_digits=12, decimal_places=2)
     # The shop's currency when the order was written (settings.SHOP_CURRENCY, written by checkout's ORDER_SQL); a
     # payment event in another currency never pays it. The database default is for the seed's reference SQL
-    # (bench/drivers.py), which writes orders without naming one, and for the orders written before this column.
+    # (bench/scripts.py), which writes orders without naming one, and for the orders written before this column.
     currency = models.CharField(max_length=3, db_default="IDR")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

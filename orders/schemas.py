@@ -1,4 +1,4 @@
-"""OpenAPI descriptions of the order endpoints; applied to the views in orders/api.py."""
+"""OpenAPI descriptions of the order endpoints; applied to the views in payments/order_api.py."""
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers

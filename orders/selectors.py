@@ -12,6 +12,7 @@ from django.db.models import Count, Min, Prefetch
 
 from orders.models import Order, OrderLine
 from skincare.db import TransactionNow
+from skincare.timestamps import utc_z
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,12 +48,13 @@ class OrderView:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """JSON-safe (stored with an idempotency key, scoped to the customer); :meth:`from_json` reads it back."""
+        """The order's JSON, as every endpoint shows it (``orders.api.order_data`` adds the ``payment_url``) and as
+        an idempotent checkout stores it (scoped to the customer); :meth:`from_json` reads it back."""
         return {
             "order_id": self.order_id,
             "status": self.status,
             "cancel_reason": self.cancel_reason,
-            "payment_expires_at": self.payment_expires_at.isoformat() if self.payment_expires_at else None,
+            "payment_expires_at": utc_z(self.payment_expires_at) if self.payment_expires_at else None,
             "total": str(self.total),
             "currency": self.currency,
             "items": [

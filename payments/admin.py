@@ -1,12 +1,13 @@
 """Ops admin for payment attempts and processed gateway events, all read-only.
 
-The order page shows each order's payment attempts: this module adds one inline to the Order admin through
-``OrderAdmin.extend``, so that orders never imports payments (dependencies point payments → orders → inventory).
+The order page shows each order's payment attempts: :class:`OrderPaymentsAdmin`, the order admin with one more
+inline, registered in its place (orders never imports payments).
 """
 
 from django.contrib import admin
 
 from orders.admin import OrderAdmin
+from orders.models import Order
 from payments.models import NEEDS_OPS, PaymentAttempt, ProcessedEvent
 from skincare.admin_helpers import ReadOnlyAdminMixin, ReadOnlyInline
 
@@ -24,7 +25,14 @@ class PaymentAttemptInline(ReadOnlyInline):
     ]
 
 
-OrderAdmin.extend(inlines=[PaymentAttemptInline])
+admin.site.unregister(Order)
+
+
+@admin.register(Order)
+class OrderPaymentsAdmin(OrderAdmin):
+    """The order admin with each order's payment attempts."""
+
+    inlines = [*OrderAdmin.inlines, PaymentAttemptInline]
 
 
 class NeedsOpsFilter(admin.SimpleListFilter):

@@ -1,9 +1,9 @@
 """Payments' domain errors: each is one class that declares its code, HTTP status and fields (the body's fields,
 in this order; see ``skincare.errors``)."""
 
-from dataclasses import InitVar, field
+from dataclasses import field
 
-from skincare.errors import DomainError
+from skincare.errors import DomainError, RetryAfterError
 
 
 class InvalidSignature(DomainError):
@@ -34,7 +34,7 @@ class IdempotencyKeyInProgress(_KeyError):
     default_message = "A request with this Idempotency-Key is still being processed; retry shortly."
 
 
-class RateLimited(DomainError):
+class RateLimited(RetryAfterError):
     """Too many checkouts by this customer in the current window (CHECKOUT_RATE_LIMIT). The body carries
     ``retry_after`` as well as the header (it is declared as this class's own field)."""
 
@@ -44,8 +44,3 @@ class RateLimited(DomainError):
 
     retry_after: int | None = field(default=None, init=False)
     limit: str
-    retry_after_seconds: InitVar[int]
-
-    def __post_init__(self, retry_after_seconds: int) -> None:
-        super().__post_init__()
-        self.retry_after = retry_after_seconds

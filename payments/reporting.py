@@ -1,4 +1,4 @@
-"""The payments figures of ``manage.py sale_report`` (plugged into orders.sale_report from PaymentsConfig.ready):
+"""The payments figures of ``manage.py sale_report`` (called by backoffice.sale_report):
 late payments (money that arrived for an order no longer payable: expired or cancelled) and the refunds to make."""
 
 import datetime as dt

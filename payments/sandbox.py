@@ -53,8 +53,9 @@ def sandbox_path(*, order_id: int, customer_id: int) -> str:
 
 
 def payment_url(request: HttpRequest, order: OrderView) -> str | None:
-    """The sandbox page of ``order`` (registered with ``orders.payment_links`` by ``PaymentsConfig.ready``)."""
-    if not settings.PAYMENT_SANDBOX:
+    """Where the customer pays ``order`` (its ``payment_url``): the sandbox page while the order is pending and the
+    sandbox is on, else None."""
+    if not settings.PAYMENT_SANDBOX or order.status != Order.Status.PENDING_PAYMENT:
         return None
     path = sandbox_path(order_id=order.order_id, customer_id=order.customer_id)
     if settings.PUBLIC_BASE_URL:

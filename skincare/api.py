@@ -1,4 +1,4 @@
-"""API plumbing: Bearer-token auth and the one exception handler.
+"""API plumbing: Bearer-token auth, the one exception handler, the JSON parser and renderer.
 
 Every error body is ``{"error": "<for humans>", "code": "<stable>", ...fields}`` (``skincare.errors.error_body``).
 Domain errors declare their own status, code, fields and headers (``skincare.errors.DomainError``), so this module
@@ -24,31 +24,20 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from skincare.db import is_connection_failure
-from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy, error_body
+from skincare.errors import (
+    DRF_CODES,
+    DatabaseUnavailable,
+    DomainError,
+    ServiceBusy,
+    error_body,
+    error_response,
+    forbidden_response,
+)
 
 logger = logging.getLogger("skincare.api")
 
 # No request body of this service nests anywhere near this deep; a deeper one is refused before it is walked.
 MAX_JSON_DEPTH = 64
-
-DRF_CODES: dict[type[drf_exceptions.APIException], str] = {
-    drf_exceptions.ParseError: "malformed_json",
-    drf_exceptions.AuthenticationFailed: "unauthorized",
-    drf_exceptions.NotAuthenticated: "unauthorized",
-    drf_exceptions.PermissionDenied: "forbidden",
-    drf_exceptions.NotFound: "not_found",
-    drf_exceptions.MethodNotAllowed: "method_not_allowed",
-    drf_exceptions.UnsupportedMediaType: "unsupported_media_type",
-    drf_exceptions.NotAcceptable: "not_acceptable",
-    drf_exceptions.Throttled: "throttled",
-    drf_exceptions.ValidationError: "invalid_request",
-}
-
-# Every code of an answer that is not a DomainError's: DRF's refusals and this module's own bodies.
-FRAMEWORK_CODES = frozenset(
-    {*DRF_CODES.values(), "internal_error", "payload_too_large", "bad_request", "not_found", "csrf_failed"}
-)
-
 
 # Issued tokens are 43 URL-safe characters; anything longer or outside printable ASCII (e.g. U+0000, which
 # PostgreSQL text cannot store) cannot be a token: refused without a query.
@@ -211,22 +200,26 @@ def domain_error_json(exc: DomainError) -> JsonResponse:
     return response
 
 
+def payload_too_large() -> JsonResponse:
+    return JsonResponse(payload_too_large_body(), status=413)
+
+
 def not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return JsonResponse(error_body("Not found.", "not_found"), status=404)
+    return error_response("Not found.", "not_found", http_status=404)
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
     if isinstance(exception, RequestDataTooBig):
-        return JsonResponse(payload_too_large_body(), status=413)
-    return JsonResponse(error_body("The request is malformed.", "bad_request"), status=400)
+        return payload_too_large()
+    return error_response("The request is malformed.", "bad_request", http_status=400)
 
 
 def permission_denied(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return JsonResponse(error_body("Forbidden.", "forbidden"), status=403)
+    return forbidden_response()
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> JsonResponse:
-    return JsonResponse(error_body("CSRF verification failed.", "csrf_failed"), status=403)
+    return error_response("CSRF verification failed.", "csrf_failed", http_status=403)
 
 
 def server_error(request: HttpRequest) -> JsonResponse:
@@ -236,4 +229,4 @@ def server_error(request: HttpRequest) -> JsonResponse:
     outage = outage_error(exc) if exc is not None else None
     if outage is not None:
         return domain_error_json(outage)
-    return JsonResponse(error_body("Internal server error.", "internal_error"), status=500)
+    return error_response("Internal server error.", "internal_error", http_status=500)

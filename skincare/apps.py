@@ -5,7 +5,7 @@ from django.apps import AppConfig
 
 class SkincareConfig(AppConfig):
     """The foundation: settings, errors, database helpers, API plumbing, metrics, logging, customer API tokens,
-    rate limits, retention."""
+    rate limits."""
 
     name = "skincare"
     verbose_name = "Skincare foundation"
@@ -16,10 +16,7 @@ class SkincareConfig(AppConfig):
             signals,  # noqa: F401 - connects the admin login throttle's receivers
         )
         from skincare.connections import connect_signals
-        from skincare.retention import register_pruner
-        from skincare.services import rate_limit_counters_prune
 
-        register_pruner("rate_limit_counters", rate_limit_counters_prune)
         connect_signals()
         # Production: a management command (manage.py, django-admin, python -m django) refuses here, before it runs.
         checks.refuse_in_production(sys.argv)

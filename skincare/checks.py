@@ -14,7 +14,7 @@ from skincare.validation import parse_rate
 
 # The checks that make production refuse the demo (here and in payments/checks.py). manage.py runs exactly these
 # before any command in production, so even the commands that skip Django's system checks (shell, dbshell, ...)
-# refuse; gunicorn runs them with every other check (skincare/wsgi.py).
+# refuse; gunicorn runs them with every other check (config/wsgi.py).
 PRODUCTION_TAG = "production"
 
 
@@ -48,8 +48,9 @@ def rate_limit_setting(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 
 @checks.register()
 def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """TRUSTED_PROXIES must be CIDRs no wider than a private network; in production /metrics answers only with
-    METRICS_TOKEN, so say when it is unset."""
+    """TRUSTED_PROXIES must be CIDRs, and no wider than a private network (a warning here in development; production
+    refuses it, ``production_trusted_proxies``); in production /metrics answers only with METRICS_TOKEN, so say when
+    it is unset."""
     from skincare.clientaddr import parse_networks, too_wide
 
     problems: list[checks.CheckMessage] = []
@@ -58,7 +59,9 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
     except ValueError as exc:
         problems.append(checks.Error(f"TRUSTED_PROXIES: {exc}", id="skincare.E010"))
         networks = ()
-    for network in too_wide(networks):
+    # In production such a range is refused instead (production_trusted_proxies, skincare.E013).
+    wide = [] if settings.PRODUCTION else too_wide(networks)
+    for network in wide:
         problems.append(
             checks.Warning(
                 f"TRUSTED_PROXIES: {network} is wider than a private network: every client in it can write the "
@@ -76,6 +79,29 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
             )
         )
     return problems
+
+
+@checks.register(PRODUCTION_TAG)
+def production_trusted_proxies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A trusted range wider than a private network takes in clients that are not proxies: each of them could write
+    the X-Forwarded-For entry the login throttle and /metrics believe (any address, loopback included)."""
+    from skincare.clientaddr import parse_networks, too_wide
+
+    if not settings.PRODUCTION:
+        return []
+    try:
+        networks = parse_networks(settings.TRUSTED_PROXIES)
+    except ValueError:
+        return []  # skincare.E010, every mode
+    return [
+        checks.Error(
+            f"TRUSTED_PROXIES: {network} is wider than a private network (/8 for IPv4, fc00::/7 for IPv6): every "
+            "client in it could write the X-Forwarded-For entry the login throttle and /metrics believe.",
+            hint="List your reverse proxies' own addresses or subnets (e.g. 10.0.3.0/24).",
+            id="skincare.E013",
+        )
+        for network in too_wide(networks)
+    ]
 
 
 CURRENCY_CODE = re.compile(r"[A-Z]{3}")
@@ -199,8 +225,7 @@ def demo_accounts_present() -> list[str]:
     """The demo accounts of ``load_demo_data`` that can still be used: an active demo user, the demo token."""
     from django.contrib.auth import get_user_model
 
-    from skincare.models import ApiToken
-    from skincare.services import api_token_digest
+    from skincare.models import ApiToken, api_token_digest
 
     found = sorted(
         get_user_model().objects.filter(username__in=demo.DEMO_USERS, is_active=True).values_list("username", flat=True)
@@ -356,9 +381,7 @@ class DemoAccountGate:
     def check() -> Any:
         import logging
 
-        from django.http import JsonResponse
-
-        from skincare.errors import error_body
+        from skincare.errors import error_response
 
         try:
             found = demo_accounts_present()
@@ -366,31 +389,22 @@ class DemoAccountGate:
             found = []
         except DatabaseError as exc:
             logging.getLogger(__name__).warning("demo-account check could not run: %s", exc)
-            response = JsonResponse(
-                {
-                    "status": "unavailable",
-                    **error_body(
-                        f"Not serving: {demo_gate.reason}; the database is unreachable.", "database_unavailable"
-                    ),
-                },
-                status=503,
+            return error_response(
+                f"Not serving: {demo_gate.reason}; the database is unreachable.",
+                "database_unavailable",
+                http_status=503,
+                retry_after=2,
+                status="unavailable",
             )
-            response["Retry-After"] = "2"
-            return response
         if found:
             demo_gate.pending(f"the database has the published demo accounts: {', '.join(found)}")
             logging.getLogger(__name__).error("refusing to serve: %s", demo_gate.reason)
-            response = JsonResponse(
-                {
-                    "status": "unavailable",
-                    **error_body(
-                        f"Not serving: {demo_gate.reason}. Run `python manage.py remove_demo_data`.",
-                        "demo_accounts_present",
-                    ),
-                },
-                status=503,
+            return error_response(
+                f"Not serving: {demo_gate.reason}. Run `python manage.py remove_demo_data`.",
+                "demo_accounts_present",
+                http_status=503,
+                retry_after=30,
+                status="unavailable",
             )
-            response["Retry-After"] = "30"
-            return response
         demo_gate.passed()
         return None

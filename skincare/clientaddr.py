@@ -16,14 +16,21 @@ Entries may carry a port, as some proxies write them: ``203.0.113.9:51234`` and 
 their address (a port never makes every client look like the proxy). A request without a readable peer address (a
 unix socket) has no address: the login throttle counts it in an explicit "unknown" bucket with its own limit, and
 ``/metrics`` does not treat it as loopback.
+
+A request with ``X-Forwarded-For`` while ``TRUSTED_PROXIES`` is empty logs one warning per process (a proxy nobody
+declared makes every client it forwards one address); production refuses a trusted range wider than a private
+network (``skincare.E013``).
 """
 
 import functools
 import ipaddress
+import logging
 from collections.abc import Iterable
 
 from django.conf import settings
 from django.http import HttpRequest
+
+logger = logging.getLogger(__name__)
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -53,8 +60,10 @@ def trusted_proxies() -> tuple[Network, ...]:
     return _trusted(tuple(settings.TRUSTED_PROXIES))
 
 
-def _address(value: str | None) -> Address | None:
-    """An address, also written as ``ip:port``, ``[v6]`` or ``[v6]:port``; None when unreadable."""
+def parse_address(value: str | None) -> Address | None:
+    """An address, also written as ``ip:port``, ``[v6]`` or ``[v6]:port``, an IPv4-mapped IPv6 address
+    (``::ffff:a.b.c.d``) as its IPv4 address; None when unreadable. The one reading of an address text: the peer's,
+    each ``X-Forwarded-For`` entry's, and ``admin_login_unlock --address``'s."""
     if not value:
         return None
     value = value.strip()
@@ -77,14 +86,14 @@ def _is_trusted(address: Address, networks: tuple[Network, ...]) -> bool:
 
 def client_address(request: HttpRequest) -> Address | None:
     """The client's address: the peer, or behind trusted proxies the right-most untrusted ``X-Forwarded-For`` entry."""
-    peer = _address(request.META.get("REMOTE_ADDR"))
+    peer = parse_address(request.META.get("REMOTE_ADDR"))
     networks = trusted_proxies()
     if peer is None or not networks or not _is_trusted(peer, networks):
         return peer
     entries = [entry for entry in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if entry.strip()]
     hop = peer
     for entry in reversed(entries):
-        address = _address(entry)
+        address = parse_address(entry)
         if address is None:
             return hop  # garbage where an address should be: the last hop we could read
         if not _is_trusted(address, networks):
@@ -92,11 +101,36 @@ def client_address(request: HttpRequest) -> Address | None:
         hop = address
     # Every entry is a trusted address: the right-most one, written by the peer itself; never one further left,
     # which the client may have written.
-    return _address(entries[-1]) if entries else peer
+    return parse_address(entries[-1]) if entries else peer
+
+
+class _ForwardingReport:
+    """Per process: has the "X-Forwarded-For without TRUSTED_PROXIES" warning been logged?"""
+
+    logged = False
+
+
+def report_untrusted_forwarding(request: HttpRequest) -> None:
+    """Log one warning per process when a request arrives with ``X-Forwarded-For`` while ``TRUSTED_PROXIES`` is
+    empty: most likely a reverse proxy nobody declared, so every client it forwards shares its address (one
+    address's failed logins lock every admin behind it out, and a proxy on the same host is loopback to
+    ``/metrics``). A client can send the header itself too, so it is a warning, never a refusal. Called for every
+    request by the login throttle's middleware; after the first warning it costs one attribute read."""
+    if _ForwardingReport.logged or "HTTP_X_FORWARDED_FOR" not in request.META or settings.TRUSTED_PROXIES:
+        return
+    _ForwardingReport.logged = True
+    logger.warning(
+        "a request from %s carries X-Forwarded-For but TRUSTED_PROXIES is empty: the header is ignored, so if a "
+        "reverse proxy forwards requests, every client behind it has the proxy's address (the admin login "
+        "throttle counts them all as one). Set TRUSTED_PROXIES to the proxy's address or subnet "
+        "(docs/operations.md). Logged once per process.",
+        request.META.get("REMOTE_ADDR") or "an unknown peer",
+    )
 
 
 # The widest private networks (10.0.0.0/8, fc00::/7): a trusted range wider than these takes in addresses that are
-# not yours, whose X-Forwarded-For would then be believed (skincare.W010 at start-up).
+# not yours, whose X-Forwarded-For would then be believed (refused in production, skincare.E013; skincare.W010 in
+# development).
 WIDEST_PRIVATE_PREFIX = {4: 8, 6: 7}
 
 

@@ -5,8 +5,9 @@ connection. Under a flash sale that round trip is pure cost (`make bench`: +11-2
 without it), because a connection that served a request a moment ago is alive. Without health checks, a connection
 that died while its worker was idle (a database restart) answers one ``503 database_unavailable`` before it is
 replaced. So: a connection is health-checked at the start of a request only when it has been idle for more than
-``DB_HEALTH_CHECK_AFTER_IDLE_MS`` (default 250 ms; ``DB_CONN_HEALTH_CHECKS=true`` adds Django's check on every
-request). A busy worker never pays for it; a worker that sat through an outage reconnects before its first query.
+``CHECK_AFTER_IDLE_SECONDS`` (Django's own check on every request stays off: ``CONN_HEALTH_CHECKS`` in
+config/settings.py). A busy worker never pays for it; a worker that sat through an outage reconnects before its
+first query.
 
 A connection that failed *during* a request is handled by Django itself: errors mark it, and it is closed when the
 request ends (and the request answered 503, see ``skincare.api``).
@@ -15,11 +16,13 @@ request ends (and the request answered 503, see ``skincare.api``).
 import time
 from typing import Any
 
-from django.conf import settings
 from django.core.signals import request_finished, request_started
 from django.db import connections
 
 _ATTRIBUTE = "_skincare_idle_since"
+# A connection idle longer than this is checked before a request uses it (docs/benchmarks.md#decisions): under a
+# sale a worker's connection is never idle that long, so the check costs nothing when it matters.
+CHECK_AFTER_IDLE_SECONDS = 0.25
 
 
 def _check_idle_connections(**kwargs: Any) -> None:
@@ -28,7 +31,7 @@ def _check_idle_connections(**kwargs: Any) -> None:
     so the request's first query reconnects. (Django's own check runs at the first cursor, which for a checkout is
     inside ``transaction.atomic``, where a dead connection can only fail the request.)"""
     now = time.monotonic()
-    threshold = settings.DB_HEALTH_CHECK_AFTER_IDLE_MS / 1000
+    threshold = CHECK_AFTER_IDLE_SECONDS
     for conn in connections.all(initialized_only=True):
         if conn.connection is None or conn.in_atomic_block:
             continue

@@ -94,7 +94,7 @@ GENERIC_PLANS_SQL = "SELECT set_config('plan_cache_mode', 'force_generic_plan', 
 
 def generic_plans() -> None:
     """For the rest of the current transaction, a prepared statement runs its generic plan (planned once per
-    connection) instead of being planned again (docs/benchmarks.md#generic-plans). Only with server-side prepared
+    connection) instead of being planned again (docs/benchmarks.md#decisions). Only with server-side prepared
     statements (``DB_PREPARED_STATEMENTS``): with values bound on the client there is nothing to reuse, and the
     statement would be a round trip for nothing."""
     if settings.DB_PREPARED_STATEMENTS:

@@ -6,7 +6,7 @@ start-up refuses all of them (``skincare.checks`` and ``payments.checks``, tag `
 anywhere in the repository as a secret must be listed in ``PUBLISHED_SECRETS``
 (``skincare/tests/test_production_refuses_demo.py`` greps the repository for them).
 
-Plain constants only: ``skincare.settings`` imports this module before Django is set up.
+Plain constants only: ``config.settings`` imports this module before Django is set up.
 """
 
 # The demo shop (`make run`): the .env values and the demo accounts of `manage.py load_demo_data`.
@@ -19,9 +19,8 @@ DEMO_OPS_PASSWORD = "demo-ops-password"  # noqa: S105 - published demo value
 DEMO_USERS = (DEMO_CUSTOMER, DEMO_OPS_USER)
 
 # What `make run` and `make db` write to .env when it does not exist (labelled; an exported variable wins).
+# No DJANGO_ENV: only the process environment selects the mode (config/modes.py).
 DEV_ENV = {
-    # Development is asked for explicitly: unset is production (skincare/modes.py).
-    "DJANGO_ENV": "development",
     "DJANGO_SECRET_KEY": DEMO_SECRET_KEY,
     "PAYMENT_WEBHOOK_SECRET": DEMO_WEBHOOK_SECRET,
     # The sandbox pays orders without money; without DEBUG it needs the explicit demo opt-in (payments.E002).

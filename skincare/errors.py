@@ -7,19 +7,47 @@ them. From those declarations come the keyword-only, typed constructor (every su
 :meth:`DomainError.data`: the fields in declaration order, so each code has exactly one body shape. ``message``
 (the body's ``error``) and ``retry_after`` (a header) are not fields of the body, unless a class declares
 ``retry_after`` as its own field (``rate_limited`` does). :meth:`body` is the JSON body; the one exception handler
-(``skincare.api.exception_handler``) sends it and imports nothing from the apps.
+(``skincare.api.exception_handler``) sends it and imports nothing from the apps. A code whose wait depends on the
+case derives from :class:`RetryAfterError` and is raised with ``retry_after_seconds``.
 
 Every class that declares a ``code`` is registered as it is defined (a code declared twice is an error at import),
 and :func:`declared_errors` lists them all, so a new error is one class in its app's ``exceptions.py`` and one row
 in the README's error table: ``/metrics`` labels it (``skincare.metrics``) and the docs guard
-(``skincare/tests/test_docs.py``) checks the row.
+(``skincare/tests/test_docs.py``) checks the row. The API layer's own refusals (``FRAMEWORK_CODES``) are listed
+here too: :func:`answer_codes` is every code an answer can carry.
+
+One renderer of error answers for plain Django views and middleware: :func:`error_response`.
 """
 
 import dataclasses
+import math
 from datetime import datetime
 from typing import Any, ClassVar, dataclass_transform
 
+from django.http import JsonResponse
 from django.utils.module_loading import autodiscover_modules
+from rest_framework import exceptions as drf_exceptions
+
+from skincare.timestamps import utc_z
+
+# The code of each refusal of the REST framework (``skincare.api.exception_handler`` answers with it).
+DRF_CODES: dict[type[drf_exceptions.APIException], str] = {
+    drf_exceptions.ParseError: "malformed_json",
+    drf_exceptions.AuthenticationFailed: "unauthorized",
+    drf_exceptions.NotAuthenticated: "unauthorized",
+    drf_exceptions.PermissionDenied: "forbidden",
+    drf_exceptions.NotFound: "not_found",
+    drf_exceptions.MethodNotAllowed: "method_not_allowed",
+    drf_exceptions.UnsupportedMediaType: "unsupported_media_type",
+    drf_exceptions.NotAcceptable: "not_acceptable",
+    drf_exceptions.Throttled: "throttled",
+    drf_exceptions.ValidationError: "invalid_request",
+}
+
+# Every code of an answer that is not a DomainError's: the REST framework's refusals and the API layer's own bodies.
+FRAMEWORK_CODES = frozenset(
+    {*DRF_CODES.values(), "internal_error", "payload_too_large", "bad_request", "not_found", "csrf_failed"}
+)
 
 # code -> the class that declares it, filled as each class is defined (``DomainError.__init_subclass__``).
 _DECLARED: dict[str, type["DomainError"]] = {}
@@ -70,20 +98,43 @@ class DomainError(Exception):
         return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
 
 
+class RetryAfterError(DomainError):
+    """A domain error whose wait depends on the case: raised with ``retry_after_seconds`` (rounded up to whole
+    seconds, at least 1), sent as ``Retry-After``."""
+
+    retry_after_seconds: float = dataclasses.field(repr=False, metadata=_NOT_IN_BODY)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.retry_after = max(1, math.ceil(self.retry_after_seconds))
+
+
 def _jsonable(value: Any) -> Any:
-    """A field's value in the body: a timestamp as ISO 8601, anything else as it is. A field that its clients know
-    in another form declares its own (``dataclasses.field(metadata={"json": ...})``)."""
-    return value.isoformat() if isinstance(value, datetime) else value
-
-
-def utc_z(value: datetime) -> str:
-    """ISO 8601 with ``Z`` for UTC, as the API's own timestamps are rendered (``orders.api.order_data``)."""
-    return value.isoformat().replace("+00:00", "Z")
+    """A field's value in the body: a timestamp as the API renders every timestamp (``utc_z``), anything else as
+    it is. A field that its clients know in another form declares its own (``dataclasses.field(metadata={"json":
+    ...})``)."""
+    return utc_z(value) if isinstance(value, datetime) else value
 
 
 def error_body(message: str, code: str, **fields: Any) -> dict[str, Any]:
     """The one error shape, for domain errors and for the framework's own refusals (404, 415, malformed JSON …)."""
     return {"error": message, "code": code, **fields}
+
+
+def error_response(
+    message: str, code: str, *, http_status: int, retry_after: int | None = None, **fields: Any
+) -> JsonResponse:
+    """An error answer of a plain Django view or middleware (the REST framework's views answer through
+    ``skincare.api.exception_handler``): the one body shape, its status, ``Retry-After`` when given."""
+    response = JsonResponse(error_body(message, code, **fields), status=http_status)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
+
+
+def forbidden_response() -> JsonResponse:
+    """403 ``forbidden``: what every view answers a caller it does not serve (the API, /metrics, the admin's JSON)."""
+    return error_response("Forbidden.", "forbidden", http_status=403)
 
 
 def declared_errors() -> dict[str, type[DomainError]]:
@@ -92,6 +143,11 @@ def declared_errors() -> dict[str, type[DomainError]]:
     modules happened to be loaded; the foundation names no app."""
     autodiscover_modules("exceptions")
     return dict(_DECLARED)
+
+
+def answer_codes() -> frozenset[str]:
+    """Every error code an answer can carry: the API layer's own and every declared one."""
+    return FRAMEWORK_CODES | frozenset(declared_errors())
 
 
 class InvalidInput(DomainError):

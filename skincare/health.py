@@ -3,7 +3,7 @@ import logging
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
-from skincare.errors import DatabaseUnavailable, error_body
+from skincare.errors import DatabaseUnavailable, error_response
 
 logger = logging.getLogger(__name__)
 
@@ -22,10 +22,11 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception:
         logger.exception("readiness check failed")
         error = DatabaseUnavailable()
-        response = JsonResponse(
-            {"status": "unavailable", **error_body(error.message, error.code)}, status=error.http_status
+        return error_response(
+            error.message,
+            error.code,
+            http_status=error.http_status,
+            retry_after=error.retry_after,
+            status="unavailable",
         )
-        for name, value in error.headers.items():
-            response[name] = value
-        return response
     return JsonResponse({"status": "ok"})

@@ -1,39 +1,58 @@
 """Admin login throttling: failed logins are counted in the database (every worker and instance sees them).
 
-Three counters, the combined rule of django-axes (``AXES_LOCKOUT_PARAMETERS = [["ip_address", "username"],
-"ip_address"]``) plus a far higher per-username one (why not django-axes itself: docs/reliability.md):
+Three counters for a browser the throttle does not know, the combined rule of django-axes
+(``AXES_LOCKOUT_PARAMETERS = [["ip_address", "username"], "ip_address"]``) plus a far higher per-username one (why
+not django-axes itself: docs/reliability.md):
 
 - per (address, username), ``ADMIN_LOGIN_MAX_FAILURES``: the usual lock. It stops guessing one account from one
   address, and nobody else: the admin's username is no secret, so a stranger's failures must not lock the real
   operator out from another address during a sale;
 - per address, ``ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS``: one address guessing many usernames;
 - per username, ``ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME`` (far above the others): one account guessed from many
-  addresses. It blocks only addresses that have failed within the window themselves, so a correct password from
-  an address with no failure always gets through, and a botnet gets one guess per fresh address.
+  addresses. It blocks only addresses that have failed within the window themselves (for any username), so a
+  correct password from an address with no failure gets through, and a botnet gets one guess per fresh address.
+
+A **known device** is exempt from all three (OWASP's device cookies, as django-device-cookies and OpenStack
+Keystone do): a successful admin login sets a signed cookie naming the account and a random device id
+(``admin_known_device``: HttpOnly, SameSite=Strict, Secure in production, sent to the login page only, valid
+``KNOWN_DEVICE_MAX_AGE_SECONDS``). A login attempt for that account from that browser is counted by its device id
+alone: ``ADMIN_LOGIN_MAX_FAILURES`` of its own failures lock that browser and nothing else. So no number of
+strangers' failures, rented addresses (a /56 is 256 /64s) or clients sharing an undeclared proxy's address can lock
+the operator out of a browser they have logged in from before, and a stolen cookie is worth five guesses a window.
+A browser without a valid cookie for the account (a new laptop) falls under the counters above.
 
 The client is its address behind ``TRUSTED_PROXIES`` (:mod:`skincare.clientaddr`), an IPv6 client by its /64; a
 request without a readable address (a unix socket) counts in one explicit "unknown" bucket (NULL) with a limit of
 its own, ``ADMIN_LOGIN_MAX_FAILURES_UNKNOWN_ADDRESS``. The username is counted as Django's login form normalises it
 before authenticating (stripped, then the user model's ``normalize_username``, NFKC), so ``"demo-ops "`` and its
 fullwidth spelling (U+FF44 ...) are the one account ``demo-ops``; the default backend matches usernames
-case-sensitively, so case is kept. A successful login forgets its own (address, username) failures only.
-``python manage.py admin_login_unlock`` clears a lock from the command line.
+case-sensitively, so case is kept. A successful login forgets its own (address, username) failures and its
+device's only. ``python manage.py admin_login_unlock`` clears a lock from the command line.
 """
 
+import secrets
 from collections.abc import Callable
 from datetime import timedelta
 from functools import cached_property
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core import signing
 from django.db.models import Count, DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
-from skincare.clientaddr import client_address, throttle_key
+from skincare.clientaddr import client_address, parse_address, report_untrusted_forwarding, throttle_key
+from skincare.errors import error_response
 
 USERNAME_MAX_LENGTH = 150
+KNOWN_DEVICE_COOKIE = "admin_known_device"
+KNOWN_DEVICE_SALT = "skincare.login_throttle.known-device"
+# How long a browser stays known after its last successful login (an operator who logs in monthly stays known).
+KNOWN_DEVICE_MAX_AGE_SECONDS = 90 * 24 * 3600
+# Set on the request by the successful-login receiver (skincare.signals); the middleware turns it into the cookie.
+NEW_DEVICE_ATTRIBUTE = "admin_known_device_issued"
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -46,6 +65,26 @@ def login_username(raw: object) -> str:
     return get_user_model().normalize_username(str(raw).strip())[:USERNAME_MAX_LENGTH]
 
 
+def known_device(request: HttpRequest, username: str) -> str | None:
+    """The device id of ``request``'s known-device cookie when it is valid (signed by this shop, unexpired) and names
+    ``username``; None otherwise."""
+    value = request.COOKIES.get(KNOWN_DEVICE_COOKIE)
+    if not value or not username:
+        return None
+    try:
+        named, device = signing.loads(value, salt=KNOWN_DEVICE_SALT, max_age=KNOWN_DEVICE_MAX_AGE_SECONDS)
+    except (signing.BadSignature, ValueError, TypeError):
+        return None
+    return device if named == username and isinstance(device, str) else None
+
+
+def issue_device(request: HttpRequest, username: str) -> str:
+    """A fresh device id for a successful login of ``username``; the middleware sets its cookie on the response."""
+    device = secrets.token_hex(16)
+    setattr(request, NEW_DEVICE_ATTRIBUTE, signing.dumps([username, device], salt=KNOWN_DEVICE_SALT))
+    return device
+
+
 def window_start() -> ExpressionWrapper:
     """The start of the counting window, by the database clock."""
     window = timedelta(seconds=settings.ADMIN_LOGIN_WINDOW_SECONDS)
@@ -54,8 +93,9 @@ def window_start() -> ExpressionWrapper:
 
 class AdminLoginThrottleMiddleware:
     """Refuses admin login POSTs with 429 while one of the counters above is at its limit within
-    ADMIN_LOGIN_WINDOW_SECONDS. Failures are rows in ``admin_login_failures`` (shared by every worker and instance),
-    written by the ``user_login_failed`` receiver in :mod:`skincare.signals`."""
+    ADMIN_LOGIN_WINDOW_SECONDS, and gives a browser that just logged in its known-device cookie. Failures are rows
+    in ``admin_login_failures`` (shared by every worker and instance), written by the ``user_login_failed`` receiver
+    in :mod:`skincare.signals`. Every request passes :func:`skincare.clientaddr.report_untrusted_forwarding`."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -66,19 +106,34 @@ class AdminLoginThrottleMiddleware:
         return reverse("admin:login")
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.method == "POST" and request.path == self.login_path and self.blocked(request):
-            window = settings.ADMIN_LOGIN_WINDOW_SECONDS
-            response = HttpResponse(
-                "Too many failed login attempts. Try again later.", status=429, content_type="text/plain"
+        report_untrusted_forwarding(request)
+        if request.method != "POST" or request.path != self.login_path:
+            return self.get_response(request)
+        if self.blocked(request):
+            return error_response(
+                "Too many failed login attempts. Try again later.",
+                "throttled",
+                http_status=429,
+                retry_after=settings.ADMIN_LOGIN_WINDOW_SECONDS,
             )
-            response["Retry-After"] = str(window)
-            return response
-        return self.get_response(request)
+        response = self.get_response(request)
+        issued = getattr(request, NEW_DEVICE_ATTRIBUTE, None)
+        if issued is not None:
+            response.set_cookie(
+                KNOWN_DEVICE_COOKIE,
+                issued,
+                max_age=KNOWN_DEVICE_MAX_AGE_SECONDS,
+                path=self.login_path,
+                secure=settings.SESSION_COOKIE_SECURE,
+                httponly=True,
+                samesite="Strict",
+            )
+        return response
 
     @staticmethod
     def blocked(request: HttpRequest) -> bool:
         username = login_username(request.POST.get("username", ""))
-        return blocked(address=client_ip(request), username=username)
+        return blocked(address=client_ip(request), username=username, device=known_device(request, username))
 
 
 def _same_address(address: str | None) -> Q:
@@ -86,13 +141,16 @@ def _same_address(address: str | None) -> Q:
     return Q(client_ip__isnull=True) if address is None else Q(client_ip=address)
 
 
-def blocked(*, address: str | None, username: str) -> bool:
-    """Whether a login attempt for ``username`` from ``address`` (a throttle key; None = unknown) is refused now.
-    One query: the three counts over the window's failures of this address or this username."""
+def blocked(*, address: str | None, username: str, device: str | None = None) -> bool:
+    """Whether a login attempt for ``username`` from ``address`` (a throttle key; None = unknown) is refused now;
+    from a known device (its id), only that device's own failures count. One query over the window's failures."""
     from skincare.models import AdminLoginFailure
 
+    recent = AdminLoginFailure.objects.filter(failed_at__gte=window_start())
+    if device is not None:
+        return recent.filter(device=device).count() >= settings.ADMIN_LOGIN_MAX_FAILURES
     here = _same_address(address)
-    counts = AdminLoginFailure.objects.filter(failed_at__gte=window_start()).aggregate(
+    counts = recent.aggregate(
         pair=Count("id", filter=here & Q(username=username)),
         by_address=Count("id", filter=here),
         by_username=Count("id", filter=Q(username=username)),
@@ -105,7 +163,7 @@ def blocked(*, address: str | None, username: str) -> bool:
     return (
         (bool(username) and counts["pair"] >= settings.ADMIN_LOGIN_MAX_FAILURES)
         or counts["by_address"] >= address_limit
-        # the username's own lock: never for an address that has not failed itself
+        # the username's own lock: never for an address that has not failed itself (for any username)
         or (
             bool(username)
             and counts["by_address"] > 0
@@ -114,22 +172,31 @@ def blocked(*, address: str | None, username: str) -> bool:
     )
 
 
+UNKNOWN_ADDRESS = "unknown"
+
+
+def unlock_key(address: str) -> str | None:
+    """The throttle key ``admin_login_unlock --address`` clears: the address read exactly as the throttle reads a
+    client's (:func:`skincare.clientaddr.parse_address`: ``::ffff:a.b.c.d`` is the IPv4 address, an IPv6 address
+    stands for its /64), None for ``unknown``; ValueError when it is not an address."""
+    if address == UNKNOWN_ADDRESS:
+        return None
+    parsed = parse_address(address)
+    if parsed is None:
+        raise ValueError(f"not an IP address: {address!r}")
+    return throttle_key(parsed)
+
+
 def unlock(*, username: str | None = None, address: str | None = None) -> int:
     """Forget the failures of ``username`` (as the login form normalises it) and/or ``address`` (a client address;
     an IPv6 address stands for its /64, "unknown" for the bucket without an address): both given, that pair's
     only. Returns how many failures were forgotten."""
-    import ipaddress
-
     from skincare.models import AdminLoginFailure
 
     failures = AdminLoginFailure.objects.all()
     if username is not None:
         failures = failures.filter(username=login_username(username))
     if address is not None:
-        key = None if address == UNKNOWN_ADDRESS else throttle_key(ipaddress.ip_address(address))
-        failures = failures.filter(_same_address(key))
+        failures = failures.filter(_same_address(unlock_key(address)))
     deleted, _ = failures.delete()
     return deleted
-
-
-UNKNOWN_ADDRESS = "unknown"

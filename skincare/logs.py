@@ -1,15 +1,20 @@
-"""Request ids and JSON log lines.
+"""Logging: request ids, one access line per request, JSON log lines, secret paths redacted.
 
 Every log record gets ``request_id`` (the id of the request being served on this thread, or ``-``) from a
-context variable set by :class:`skincare.requestlog.RequestLogMiddleware`. With ``LOG_FORMAT=json`` (the default)
-records are written one JSON object per line by python-json-logger.
+context variable set by :class:`RequestLogMiddleware`, the outermost middleware. With ``LOG_FORMAT=json`` (the
+default) records are written one JSON object per line by python-json-logger.
 """
 
 import logging
 import re
+import time
+import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
 from gunicorn.glogging import Logger as GunicornLogger
 
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -49,7 +54,7 @@ class RedactSecretPathsFilter(logging.Filter):
 
 
 class RedactingGunicornLogger(GunicornLogger):
-    """gunicorn's logger (``logger_class`` in skincare/gunicorn.conf.py) with secret path segments redacted from
+    """gunicorn's logger (``logger_class`` in config/gunicorn.conf.py) with secret path segments redacted from
     every access-log atom: the request line, the path, the Referer (a browser sends the link as the Referer of the
     page's own form post) and the Location of the redirect after a press; and from its error log (``Error handling
     request /v1/payments/sandbox/<link>``, a worker timeout's traceback) like the application's own records."""
@@ -110,3 +115,59 @@ def logging_config(*, log_format: str, level: str) -> dict[str, object]:
             "django.request": {"level": "ERROR"},
         },
     }
+
+
+access_logger = logging.getLogger("skincare.access")
+
+
+def _ids(request: HttpRequest, response: HttpResponse) -> dict[str, int]:
+    """The customer (authenticated user) and order a request concerned, where known."""
+    found: dict[str, int] = {}
+    user = getattr(request, "user", None)
+    if user is not None and getattr(user, "is_authenticated", False):
+        found["customer_id"] = user.pk
+    match = getattr(request, "resolver_match", None)
+    order_id = match.kwargs.get("order_id") if match is not None else None
+    data = getattr(response, "data", None)
+    if order_id is None and isinstance(data, dict):
+        order_id = data.get("order_id")
+    if isinstance(order_id, int):
+        found["order_id"] = order_id
+    return found
+
+
+class RequestLogMiddleware:
+    """Outermost: takes the client's X-Request-ID when sane (else makes one), echoes it in the response, exposes it
+    to every log record of the request, and writes one access line (method, path, status, duration, ids) unless
+    ACCESS_LOG is off."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        given = request.headers.get(REQUEST_ID_HEADER)
+        request_id = given if given is not None and is_sane_request_id(given) else uuid.uuid4().hex
+        request.request_id = request_id  # type: ignore[attr-defined]
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        try:
+            response = self.get_response(request)
+            response[REQUEST_ID_HEADER] = request_id
+            if settings.ACCESS_LOG:
+                path = redact_secret_paths(request.path)  # a signed sandbox link is a secret
+                access_logger.info(
+                    "%s %s %s",
+                    request.method,
+                    path,
+                    response.status_code,
+                    extra={
+                        "method": request.method,
+                        "path": path,
+                        "status": response.status_code,
+                        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                        **_ids(request, response),
+                    },
+                )
+            return response
+        finally:
+            request_id_var.reset(token)

@@ -1,18 +1,26 @@
-"""Prometheus metrics: every definition lives here, in the foundation, so any app can count without importing a
-higher app. Labels are bounded: outcomes come from the sets of :class:`OutcomeLabels` (anything else is counted as
-``other``) and SQLSTATEs only from the retryable/busy sets in :mod:`skincare.db`.
+"""Prometheus metrics: the definitions, how they are exposed (``GET /metrics``, the sweeper's metrics port) and the
+outcome counting that API views opt into. Every definition lives here, in the foundation, so any app can count
+without importing a higher app. Labels are bounded: outcomes come from the sets of :class:`OutcomeLabels`
+(anything else is counted as ``other``) and SQLSTATEs only from the retryable/busy sets in :mod:`skincare.db`.
 
-Under gunicorn, ``PROMETHEUS_MULTIPROC_DIR`` is set by ``skincare/gunicorn.conf.py`` before any worker imports
+Under gunicorn, ``PROMETHEUS_MULTIPROC_DIR`` is set by ``config/gunicorn.conf.py`` before any worker imports
 this module, so prometheus_client keeps each worker's values in an mmap'ed file in that directory and
 :func:`render` sums them across the live workers (an increment is a write to shared memory, no lock, no I/O
 syscall). Without it (tests, ``manage.py`` commands) values live in this process's default registry.
 """
 
+import hmac
+import ipaddress
 import os
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from typing import TypeVar
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar, TypeVar
 
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -24,6 +32,10 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as _multiprocess
 from prometheus_client.registry import Collector
+from rest_framework.response import Response
+
+from skincare.clientaddr import client_address
+from skincare.errors import answer_codes, error_response, forbidden_response
 
 OTHER = "other"
 T = TypeVar("T")
@@ -31,10 +43,9 @@ T = TypeVar("T")
 
 class OutcomeLabels(AbstractSet[str]):
     """The bounded set of outcome labels of one endpoint: its own success outcomes, every error code an answer can
-    carry (the API layer's own, ``skincare.api.FRAMEWORK_CODES``, and every code a ``DomainError`` class declares,
-    ``skincare.errors.declared_errors``), nothing else. Computed at its first use, when a view counts an answer: by
-    then the apps are loaded, and this module (imported by the apps) names none of them. A new error class is a
-    label with no edit here."""
+    carry (``skincare.errors.answer_codes``: the API layer's own and every code a ``DomainError`` class declares),
+    nothing else. Computed at its first use, when a view counts an answer: by then the apps are loaded, and this
+    module (imported by the apps) names none of them. A new error class is a label with no edit here."""
 
     def __init__(self, *successes: str) -> None:
         self.successes = frozenset(successes)
@@ -42,10 +53,7 @@ class OutcomeLabels(AbstractSet[str]):
 
     def labels(self) -> frozenset[str]:
         if self._labels is None:
-            from skincare.api import FRAMEWORK_CODES
-            from skincare.errors import declared_errors
-
-            self._labels = self.successes | FRAMEWORK_CODES | frozenset(declared_errors())
+            self._labels = self.successes | answer_codes()
         return self._labels
 
     def __contains__(self, label: object) -> bool:
@@ -135,22 +143,116 @@ def registry() -> CollectorRegistry:
     return collecting
 
 
-# Collectors that read their values when /metrics is scraped (the waiting room's queue counts, from the database),
-# registered by a higher app at start-up. Only render() runs them: a test that reads one sample does not.
-_scrape_collectors: list[Collector] = []
-
-
-def register_scrape_collector(collector: Collector) -> None:
-    if collector not in _scrape_collectors:
-        _scrape_collectors.append(collector)
-
-
-def render() -> tuple[bytes, str]:
-    """The text exposition format and its content type."""
+def render(scrape_collectors: Iterable[Collector] = ()) -> tuple[bytes, str]:
+    """The text exposition format and its content type. ``scrape_collectors`` read their values now, at the scrape
+    (the waiting room's queue counts, from the database): the caller that serves the scrape passes them."""
     body = generate_latest(registry())
-    if _scrape_collectors:
-        scraped = CollectorRegistry(auto_describe=False)
-        for collector in _scrape_collectors:
-            scraped.register(collector)
-        body += generate_latest(scraped)
+    scraped = CollectorRegistry(auto_describe=False)
+    for collector in scrape_collectors:
+        scraped.register(collector)
+    body += generate_latest(scraped)
     return body, CONTENT_TYPE_LATEST
+
+
+def bearer_matches(header: str, token: str) -> bool:
+    """``Authorization: Bearer <token>``, compared in constant time over the whole value (an empty or a prefix
+    token never matches)."""
+    scheme, _, given = header.partition(" ")
+    return bool(token) and scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+def start_metrics_server(
+    port: int, *, addr: str, scrape_collectors: Iterable[Collector] = ()
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """The sweeper's ``--metrics-port``, protected like the web server's ``/metrics``: with METRICS_TOKEN set it
+    answers ``Authorization: Bearer <token>`` only; without it, it must be bound to a loopback address (the
+    default, 127.0.0.1) and never in production, otherwise it refuses to start (ValueError). Returns the server and
+    its thread, like prometheus_client's ``start_http_server``."""
+    token = settings.METRICS_TOKEN
+    if not token:
+        try:
+            loopback = ipaddress.ip_address(addr).is_loopback
+        except ValueError:
+            loopback = addr == "localhost"
+        if settings.PRODUCTION or not loopback:
+            raise ValueError(
+                f"the metrics port on {addr} needs METRICS_TOKEN"
+                + (" (always in production)" if settings.PRODUCTION else " unless it is bound to 127.0.0.1")
+            )
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if token and not bearer_matches(self.headers.get("Authorization", ""), token):
+                self._answer(403, forbidden_response().content, "application/json")
+                return
+            body, content_type = render(scrape_collectors)
+            self._answer(200, body, content_type)
+
+        def _answer(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # scrapes are not worth a log line
+
+    server = ThreadingHTTPServer((addr, port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def metrics_allowed(request: HttpRequest) -> bool:
+    """With METRICS_TOKEN set: ``Authorization: Bearer <METRICS_TOKEN>`` from anywhere. Without: loopback clients
+    only (the client address behind TRUSTED_PROXIES, so a reverse proxy on the same host does not make everyone
+    loopback), and never in production, where a proxy that is not declared would still do exactly that."""
+    token = settings.METRICS_TOKEN
+    if token:
+        return bearer_matches(request.headers.get("Authorization", ""), token)
+    if settings.PRODUCTION:
+        return False
+    address = client_address(request)
+    return address is not None and address.is_loopback
+
+
+def metrics_view(request: HttpRequest, scrape_collectors: Iterable[Collector] = ()) -> HttpResponse:
+    """GET /metrics. ``scrape_collectors`` (the URLconf's extra arguments) read their values at each scrape."""
+    if request.method not in ("GET", "HEAD"):
+        return error_response("Method not allowed.", "method_not_allowed", http_status=405)
+    if not metrics_allowed(request):
+        return forbidden_response()
+    body, content_type = render(scrape_collectors)
+    return HttpResponse(body, content_type=content_type)
+
+
+class OutcomeCountingMixin:
+    """For an APIView: count every answer in ``outcome_counter{outcome}`` and time it in ``latency_histogram``.
+
+    The outcome is the answer's ``code`` (error bodies), or for a 2xx the ``success_outcome`` (a fixed name)
+    or the value of ``success_outcome_field`` in the body; anything outside ``allowed_outcomes`` is ``other``.
+    """
+
+    outcome_counter: ClassVar[Counter]
+    allowed_outcomes: ClassVar[AbstractSet[str]]
+    latency_histogram: ClassVar[Histogram | None] = None
+    success_outcome: ClassVar[str] = "ok"
+    success_outcome_field: ClassVar[str | None] = None
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        response = super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+        if self.latency_histogram is not None:
+            self.latency_histogram.observe(time.perf_counter() - started)
+        self.outcome_counter.labels(outcome=bounded(self.outcome(response), self.allowed_outcomes)).inc()
+        return response
+
+    def outcome(self, response: Response) -> object:
+        data = getattr(response, "data", None)
+        if not isinstance(data, dict):
+            return None
+        if 200 <= response.status_code < 300:
+            return data.get(self.success_outcome_field) if self.success_outcome_field else self.success_outcome
+        return data.get("code")

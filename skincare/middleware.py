@@ -17,10 +17,10 @@ from collections.abc import Callable
 from http import HTTPStatus
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from skincare.api import domain_error_json, outage_error, payload_too_large_body
-from skincare.errors import error_body
+from skincare.api import domain_error_json, outage_error, payload_too_large
+from skincare.errors import error_response
 
 API_PREFIXES = ("/v1/", "/healthz", "/readyz", "/metrics")
 BROWSER_PAGES_UNDER_API = ("/v1/payments/sandbox/",)
@@ -76,7 +76,7 @@ class RequestBodyLimitMiddleware:
         except ValueError:
             length = 0  # Django reads no body at all when the header is not a number
         if limit is not None and length > limit:
-            return JsonResponse(payload_too_large_body(), status=413)
+            return payload_too_large()
         return self.get_response(request)
 
 
@@ -106,7 +106,7 @@ class JsonErrorsMiddleware:
         if 400 <= response.status_code < 500 and not response.streaming and not response.content:
             code = STATUS_CODES.get(response.status_code, "error")
             message = HTTPStatus(response.status_code).phrase + "."
-            replacement = JsonResponse(error_body(message, code), status=response.status_code)
+            replacement = error_response(message, code, http_status=response.status_code)
             for name in ("Allow", "Retry-After", "WWW-Authenticate"):
                 if name in response:
                     replacement[name] = response[name]

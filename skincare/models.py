@@ -1,6 +1,8 @@
 """The foundation's own tables: failed admin logins (the login throttle, skincare.middleware), customer API
 tokens (digests only) and rate-limit counters."""
 
+import hashlib
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -10,6 +12,8 @@ from django.db.models.functions import Now
 class AdminLoginFailure(models.Model):
     client_ip = models.GenericIPAddressField(null=True, blank=True)
     username = models.CharField(max_length=150, blank=True)
+    # The known device the attempt came from (its cookie's id, skincare.login_throttle); empty for other browsers.
+    device = models.CharField(max_length=32, blank=True, default="")
     failed_at = models.DateTimeField(db_default=Now())
 
     class Meta:
@@ -17,10 +21,16 @@ class AdminLoginFailure(models.Model):
         indexes = [
             models.Index(fields=["client_ip", "failed_at"], name="admin_login_fail_ip_idx"),
             models.Index(fields=["username", "failed_at"], name="admin_login_fail_user_idx"),
+            models.Index(fields=["device", "failed_at"], name="admin_login_fail_device_idx"),
         ]
 
     def __str__(self) -> str:
         return f"{self.username or '-'} from {self.client_ip or '-'} at {self.failed_at}"
+
+
+def api_token_digest(token: str) -> str:
+    """What is stored for ``token``: its SHA-256, hex."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 class ApiToken(models.Model):

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 
-from skincare.services import api_token_digest
+from skincare.models import api_token_digest
 
 # One fixed statement on the unique digest index, joined with the user; the database's clock decides expiry, and
 # ``now()`` comes back with the row so the memory below never outlives the token.

@@ -1,6 +1,5 @@
 """The foundation's writes: customer API tokens and rate-limit counters."""
 
-import hashlib
 import secrets
 from datetime import timedelta
 
@@ -9,13 +8,10 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
+from skincare import demo
 from skincare.db import db_now
-from skincare.models import ApiToken
-
-
-def api_token_digest(token: str) -> str:
-    """What is stored for ``token``: its SHA-256, hex."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+from skincare.models import ApiToken, api_token_digest
+from skincare.selectors import forget_user
 
 
 @transaction.atomic
@@ -37,8 +33,7 @@ def api_token_issue(*, user: User, token: str | None = None, ttl_seconds: int | 
 def api_tokens_revoke(*, user: User) -> int:
     """Revoke every token of ``user`` that is not revoked yet (database clock). Returns how many."""
     revoked = ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=Now())
-    from skincare.selectors import forget_user  # this process stops accepting them at once; others within the TTL
-
+    # This process stops accepting them at once; other processes within API_TOKEN_CACHE_SECONDS.
     transaction.on_commit(lambda: forget_user(user.pk))
     return revoked
 
@@ -96,12 +91,8 @@ def demo_accounts_disable() -> list[str]:
     """Make the published demo accounts unusable (``manage.py remove_demo_data``): the demo users are deactivated
     with unusable passwords (kept, with their order history) and every token with the demo token's digest is
     deleted. Returns what was changed."""
-    from django.contrib.auth import get_user_model
-
-    from skincare import demo
-
     changed = []
-    for user in get_user_model().objects.select_for_update().filter(username__in=demo.DEMO_USERS, is_active=True):
+    for user in User.objects.select_for_update().filter(username__in=demo.DEMO_USERS, is_active=True):
         user.is_active = False
         user.set_unusable_password()
         user.save(update_fields=["is_active", "password"])

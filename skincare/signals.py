@@ -1,4 +1,5 @@
-"""Record failed admin logins (for the throttle) and forget them after a successful one."""
+"""Record failed admin logins (for the throttle) and forget them after a successful one, which makes the browser a
+known device (skincare.login_throttle)."""
 
 from typing import Any
 
@@ -7,7 +8,7 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 from django.urls import reverse
 
-from skincare.login_throttle import client_ip, login_username, window_start
+from skincare.login_throttle import client_ip, issue_device, known_device, login_username, window_start
 from skincare.models import AdminLoginFailure
 
 
@@ -23,7 +24,9 @@ def record_admin_login_failure(
         return
     assert request is not None
     username = login_username(credentials.get("username", ""))  # already the form's cleaned value; the same rule
-    AdminLoginFailure.objects.create(client_ip=client_ip(request), username=username)
+    AdminLoginFailure.objects.create(
+        client_ip=client_ip(request), username=username, device=known_device(request, username) or ""
+    )
     # Keep the table small: rows older than the window no longer count.
     AdminLoginFailure.objects.filter(failed_at__lt=window_start()).delete()
 
@@ -34,3 +37,8 @@ def forget_admin_login_failures(sender: Any, request: HttpRequest | None, user: 
         assert request is not None
         # This address's failures for this account only: a success must not wipe what others' guesses counted.
         AdminLoginFailure.objects.filter(username=user.get_username(), client_ip=client_ip(request)).delete()
+        # ... and this browser's, which from now on is a known device with a fresh id (skincare.login_throttle).
+        device = known_device(request, user.get_username())
+        if device is not None:
+            AdminLoginFailure.objects.filter(device=device).delete()
+        issue_device(request, user.get_username())

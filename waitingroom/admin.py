@@ -1,4 +1,4 @@
-"""The queues in the admin: each product's queue state (waiting, admitted, used, lapsed), its pace, pause/resume.
+"""The queues in the admin: each product's passes by state (waiting, admitted, used, expired), its pace, pause/resume.
 
 Permissions follow the product page: stock managers (``inventory.change_product``) add, change, pause, resume and
 remove queues; ops viewers (``inventory.view_product``) see them. Every change goes through ``waitingroom.services``.
@@ -21,7 +21,7 @@ class ProductQueueAdmin(admin.ModelAdmin):
         "waiting",
         "admitted",
         "used",
-        "lapsed",
+        "expired",
         "admitted_through",
     ]
     list_filter = ["paused"]
@@ -51,10 +51,10 @@ class ProductQueueAdmin(admin.ModelAdmin):
         state = self._state(obj)
         return None if state is None else state.used
 
-    @admin.display(description="lapsed")
-    def lapsed(self, obj: ProductQueue) -> int | None:
+    @admin.display(description="expired")
+    def expired(self, obj: ProductQueue) -> int | None:
         state = self._state(obj)
-        return None if state is None else state.lapsed
+        return None if state is None else state.expired
 
     def save_model(self, request, obj, form, change):
         services.queue_set(product_id=obj.product_id, admit_per_second=obj.admit_per_second)

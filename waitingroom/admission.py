@@ -15,12 +15,12 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from waitingroom.exceptions import AdmissionExpired, AdmissionRequired
-from waitingroom.selectors import poll_after_seconds
+from waitingroom.selectors import EXPIRED, NO_PASS, PASS_OWN_STATE_SQL, WAITING, poll_after_seconds
 
 # One round trip: the products of the checkout that have a queue, the use of the customer's admission for each
 # (an admitted, unused pass whose admitted_until is still ahead by the transaction's clock), and the pass as it was
-# for the ones that could not be used.
-ADMISSION_USE_SQL = """
+# for the ones that could not be used (its state before this statement: PASS_OWN_STATE_SQL, or NO_PASS).
+ADMISSION_USE_SQL = f"""
 WITH queued AS (
     SELECT q.product_id, q.admit_per_second, q.paused, q.admitted_through
       FROM product_queues q WHERE q.product_id = ANY(%(product_ids)s::bigint[])
@@ -32,10 +32,7 @@ WITH queued AS (
     RETURNING qp.product_id
 )
 SELECT queued.product_id, used.product_id IS NOT NULL AS used,
-       CASE WHEN qp.id IS NULL THEN 'none'
-            WHEN qp.used_at IS NOT NULL THEN 'used'
-            WHEN qp.admitted_at IS NOT NULL THEN 'expired'
-            ELSE 'waiting' END AS pass_state,
+       CASE WHEN qp.id IS NULL THEN '{NO_PASS}' ELSE {PASS_OWN_STATE_SQL} END AS pass_state,
        qp.position, queued.admitted_through, queued.admit_per_second, queued.paused
   FROM queued
   LEFT JOIN used ON used.product_id = queued.product_id
@@ -55,13 +52,13 @@ def admission_use(*, customer: User, product_ids: list[int]) -> None:
     refused = [row for row in rows if not row[1]]
     if not refused:
         return
-    expired = [row[0] for row in refused if row[2] == "expired"]
+    expired = [row[0] for row in refused if row[2] == EXPIRED]
     if expired:
         raise AdmissionExpired(product_ids=expired)
     waits = [
         poll_after_seconds(ahead=max(0, position - through - 1), pace=pace, paused=paused)
         for _pid, _used, state, position, through, pace, paused in refused
-        if state == "waiting" and position is not None
+        if state == WAITING and position is not None
     ]
     raise AdmissionRequired(
         product_ids=[row[0] for row in refused],

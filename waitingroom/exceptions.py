@@ -1,10 +1,9 @@
 """The waiting room's domain errors: each is one class that declares its code, HTTP status and fields (the body's
 fields, in this order; see ``skincare.errors``)."""
 
-from dataclasses import InitVar, field
 from datetime import datetime
 
-from skincare.errors import DomainError, utc_z
+from skincare.errors import DomainError, RetryAfterError
 
 
 class QueueNotFound(DomainError):
@@ -18,7 +17,7 @@ class QueueNotFound(DomainError):
     pass_id: int | None = None
 
 
-class QueueNotOpen(DomainError):
+class QueueNotOpen(RetryAfterError):
     """The queue opens for joining QUEUE_OPENS_BEFORE_SECONDS before the sale: too early to join."""
 
     code = "queue_not_open"
@@ -26,12 +25,7 @@ class QueueNotOpen(DomainError):
     default_message = "The queue for this product is not open yet."
 
     product_id: int
-    opens_at: datetime = field(metadata={"json": utc_z})
-    retry_after_seconds: InitVar[int]
-
-    def __post_init__(self, retry_after_seconds: int) -> None:
-        super().__post_init__()
-        self.retry_after = retry_after_seconds
+    opens_at: datetime
 
 
 class QueueSoldOut(DomainError):
@@ -44,7 +38,7 @@ class QueueSoldOut(DomainError):
     product_id: int
 
 
-class AdmissionRequired(DomainError):
+class AdmissionRequired(RetryAfterError):
     """A checkout of a queued product without a valid admission. ``queue_urls`` are where to queue (or poll);
     ``pass_states`` the customer's pass per product (``none`` without one). Carries ``Retry-After`` so it is never
     stored under an Idempotency-Key: the same key buys once admitted."""
@@ -56,11 +50,6 @@ class AdmissionRequired(DomainError):
     product_ids: list[int]
     queue_urls: list[str]
     pass_states: list[str]
-    retry_after_seconds: InitVar[int]
-
-    def __post_init__(self, retry_after_seconds: int) -> None:
-        super().__post_init__()
-        self.retry_after = retry_after_seconds
 
 
 class AdmissionExpired(DomainError):

@@ -1,7 +1,7 @@
 """The waiting room's Prometheus metrics (in the foundation's registry: ``skincare.metrics.registry()``).
 
 Counters are counted where they happen (joins in the web workers, admissions in the sweeper); the queue's
-current counts (waiting, admitted, lapsed) are read from the database when ``/metrics`` is scraped, by
+current counts by state (``waitingroom.models.PassState``) are read from the database when ``/metrics`` is scraped, by
 :class:`QueueCollector`, so every worker and sweeper agrees on them. While the database cannot answer, a scrape
 still succeeds without the queue's counts (``/metrics`` must keep working in an outage: the database alerts read it).
 """
@@ -14,6 +14,8 @@ from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from waitingroom.selectors import queue_states
+
 logger = logging.getLogger(__name__)
 
 QUEUE_JOINS = Counter("skincare_queue_joins_total", "Passes created (POST /v1/products/<id>/queue, 201).")
@@ -23,18 +25,16 @@ QUEUE_ADMISSIONS = Counter(
 
 
 class QueueCollector(Collector):
-    """Per product with a queue: passes waiting, admitted (outstanding), used and lapsed, and the pace."""
+    """Per product with a queue: passes waiting, admitted (outstanding), used and expired, and the pace."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from waitingroom.selectors import queue_states
-
         families = {
             name: GaugeMetricFamily(f"skincare_queue_{name}", help_text, labels=["product_id"])
             for name, help_text in (
                 ("waiting", "Passes waiting for an admission."),
-                ("admitted", "Admissions outstanding (not used, not lapsed)."),
+                ("admitted", "Admissions outstanding (not used, not expired)."),
                 ("used", "Admissions used by a checkout."),
-                ("lapsed", "Admissions that lapsed unused."),
+                ("expired", "Admissions that expired unused."),
                 ("admit_per_second", "The queue's pace."),
                 ("paused", "1 while admission is paused."),
             )
@@ -49,7 +49,7 @@ class QueueCollector(Collector):
             families["waiting"].add_metric(label, state.waiting)
             families["admitted"].add_metric(label, state.admitted)
             families["used"].add_metric(label, state.used)
-            families["lapsed"].add_metric(label, state.lapsed)
+            families["expired"].add_metric(label, state.expired)
             families["admit_per_second"].add_metric(label, state.admit_per_second)
             families["paused"].add_metric(label, int(state.paused))
         yield from families.values()

@@ -6,6 +6,20 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 
+class PassState(models.TextChoices):
+    """A pass's state: the one vocabulary of the pass API, the checkout's ``admission_required`` refusal, the admin,
+    the metrics and the sale board. Derived from the pass's row by the database clock (``PASS_OWN_STATE_SQL`` in
+    ``waitingroom.selectors``), never stored."""
+
+    WAITING = "waiting", "not admitted yet"
+    ADMITTED = "admitted", "admitted, unused, before admitted_until"
+    USED = "used", "a checkout used the admission"
+    EXPIRED = "expired", "admitted, unused past admitted_until: the turn went to the next in line"
+    # The pass API's word for a waiting pass that can no longer lead to a purchase (nothing available and nothing
+    # reserved, or the sale ended): decided by the product's stock and window, not by the pass's row.
+    SOLD_OUT = "sold_out", "waiting, but no unit can come back"
+
+
 class ProductQueue(models.Model):
     """A product whose checkout requires an admission. No row: the product sells as it always did.
 

@@ -4,13 +4,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers
 
 from skincare.openapi import BUSY, INTERNAL, UNAUTHORIZED, UNAVAILABLE, error
+from waitingroom.models import PassState
 
 
 class PassSerializer(serializers.Serializer):
     pass_id = serializers.IntegerField()
     product_id = serializers.IntegerField()
     state = serializers.ChoiceField(
-        choices=["waiting", "admitted", "used", "expired", "sold_out"],
+        choices=PassState.values,
         help_text="waiting: not admitted yet; admitted: check out before `admitted_until`; used: a checkout used "
         "the admission; expired: it lapsed unused and the turn went to the next in line; sold_out: no unit is left "
         "and none can come back (or the sale ended): stop polling.",

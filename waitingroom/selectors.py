@@ -13,31 +13,44 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, SECONDS_TO_START_SQL
+from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, SECONDS_TO_START_SQL, STOCK_SUM_SQL
+from skincare.timestamps import utc_z
+from waitingroom.models import PassState
 
-WAITING, ADMITTED, USED, EXPIRED, SOLD_OUT = "waiting", "admitted", "used", "expired", "sold_out"
+WAITING, ADMITTED, USED, EXPIRED, SOLD_OUT = (
+    PassState.WAITING.value,
+    PassState.ADMITTED.value,
+    PassState.USED.value,
+    PassState.EXPIRED.value,
+    PassState.SOLD_OUT.value,
+)
+# What ``admission_required`` says for a product the customer holds no pass for.
+NO_PASS = "none"  # noqa: S105 - a state word, not a password
 
-# The state of a pass, by the database clock. An admitted pass stays admitted until admitted_until even if the
-# stock ran out meanwhile (its checkout then says stock_conflict); a waiting pass is sold out once no unit is
-# available and none is reserved (no unit can come back) or the sale ended.
-PASS_STATE_SQL = f"""CASE WHEN qp.used_at IS NOT NULL THEN '{USED}'
+# A pass's own state (``qp``: a queue_passes row), by the database clock: the one definition every read uses.
+# An admitted pass stays admitted until admitted_until even if the stock ran out meanwhile (its checkout then says
+# stock_conflict).
+PASS_OWN_STATE_SQL = f"""CASE WHEN qp.used_at IS NOT NULL THEN '{USED}'
          WHEN qp.admitted_at IS NOT NULL AND qp.admitted_until > now() THEN '{ADMITTED}'
          WHEN qp.admitted_at IS NOT NULL THEN '{EXPIRED}'
-         WHEN ({SALE_STATE_SQL}) = '{SALE_ENDED}'
-              OR (COALESCE(s.available, 0) <= 0 AND COALESCE(s.reserved, 0) <= 0) THEN '{SOLD_OUT}'
          ELSE '{WAITING}' END"""
+
+# The state the pass API shows: a waiting pass is sold out once no unit is available and none is reserved (no unit
+# can come back) or the sale ended. ``own.state``: PASS_OWN_STATE_SQL, ``s``: the product's stock.
+PASS_STATE_SQL = f"""CASE WHEN own.state = '{WAITING}'
+              AND (({SALE_STATE_SQL}) = '{SALE_ENDED}'
+                   OR (COALESCE(stock.available_stock, 0) <= 0 AND COALESCE(stock.reserved_stock, 0) <= 0)) THEN '{SOLD_OUT}'
+         ELSE own.state END"""
 
 _PASS_SQL = f"""
 SELECT qp.id, qp.product_id, qp.position, qp.draw, qp.admitted_until, {PASS_STATE_SQL} AS state,
        q.admit_per_second, q.paused, q.admitted_through, {SECONDS_TO_START_SQL} AS seconds_to_start,
-       COALESCE(s.available, 0) AS available, COALESCE(s.reserved, 0) AS reserved
+       COALESCE(stock.available_stock, 0) AS available, COALESCE(stock.reserved_stock, 0) AS reserved
 FROM queue_passes qp
 JOIN product_queues q ON q.product_id = qp.product_id
 JOIN products p ON p.id = qp.product_id
-LEFT JOIN LATERAL (
-    SELECT sum(b.available_stock)::integer AS available, sum(b.reserved_stock)::integer AS reserved
-      FROM stock_buckets b WHERE b.product_id = qp.product_id
-) s ON true
+{STOCK_SUM_SQL}
+CROSS JOIN LATERAL (SELECT {PASS_OWN_STATE_SQL} AS state) own
 WHERE qp.customer_id = %(customer_id)s AND {{where}}
 """
 PASS_BY_ID_SQL = _PASS_SQL.format(where="qp.id = %(pass_id)s")
@@ -67,9 +80,7 @@ class PassView:
             "ahead": self.ahead,
             "eta_seconds": self.eta_seconds,
             "poll_after": self.poll_after,
-            "admitted_until": None
-            if self.admitted_until is None
-            else self.admitted_until.isoformat().replace("+00:00", "Z"),
+            "admitted_until": None if self.admitted_until is None else utc_z(self.admitted_until),
             "paused": self.paused,
             "admit_per_second": self.admit_per_second,
             "units_may_return": self.units_may_return,
@@ -86,7 +97,7 @@ def poll_after_seconds(*, ahead: int, pace: int, paused: bool) -> int:
     return max(floor, math.ceil(ahead / (2 * pace)))
 
 
-def _view(row: tuple[Any, ...]) -> PassView:
+def _pass_view_from_row(row: tuple[Any, ...]) -> PassView:
     (pass_id, product_id, position, draw, admitted_until, state, pace, paused, through, to_start, available, _r) = row
     ahead = eta = poll = None
     if state == WAITING:
@@ -125,7 +136,7 @@ def pass_get(*, customer_id: int, pass_id: int | None = None, product_id: int | 
     with connection.cursor() as cursor:
         cursor.execute(sql, {"customer_id": customer_id, "pass_id": pass_id, "product_id": product_id})
         row = cursor.fetchone()
-    return None if row is None else _view(row)
+    return None if row is None else _pass_view_from_row(row)
 
 
 @dataclass(frozen=True)
@@ -134,46 +145,31 @@ class QueueState:
     admit_per_second: int
     paused: bool
     waiting: int
-    admitted: int  # outstanding: admitted, not used, not lapsed
+    admitted: int  # outstanding: admitted, not used, not expired
     used: int
-    lapsed: int
+    expired: int
     admitted_through: int
 
 
-QUEUE_STATES_SQL = """
+# Each queue's passes counted by their own state (PASS_OWN_STATE_SQL), one index scan of the queue's passes each.
+QUEUE_STATES_SQL = f"""
 SELECT q.product_id, q.admit_per_second, q.paused,
-       count(qp.id) FILTER (WHERE qp.admitted_at IS NULL) AS waiting,
-       count(qp.id) FILTER (WHERE qp.used_at IS NULL AND qp.admitted_until > now()) AS admitted,
-       count(qp.id) FILTER (WHERE qp.used_at IS NOT NULL) AS used,
-       count(qp.id) FILTER (WHERE qp.used_at IS NULL AND qp.admitted_until <= now()) AS lapsed,
+       count(*) FILTER (WHERE own.state = '{WAITING}') AS waiting,
+       count(*) FILTER (WHERE own.state = '{ADMITTED}') AS admitted,
+       count(*) FILTER (WHERE own.state = '{USED}') AS used,
+       count(*) FILTER (WHERE own.state = '{EXPIRED}') AS expired,
        q.admitted_through
-FROM product_queues q LEFT JOIN queue_passes qp ON qp.product_id = q.product_id
-WHERE cardinality(%(product_ids)s::bigint[]) = 0 OR q.product_id = ANY(%(product_ids)s::bigint[])
+FROM product_queues q
+LEFT JOIN LATERAL (SELECT {PASS_OWN_STATE_SQL} AS state FROM queue_passes qp WHERE qp.product_id = q.product_id) own
+       ON true
+WHERE %(every_queue)s OR q.product_id = ANY(%(product_ids)s::bigint[])
 GROUP BY q.product_id ORDER BY q.product_id
 """
 
 
-def board_queue(product_id: int) -> dict[str, Any] | None:
-    """The product's queue for the sale board (``orders.saleboard.register_queue_source``), None without one: its
-    counts, its pace, and where ops pause or resume it (the queue's admin page)."""
-    from django.urls import reverse
-
-    states = queue_states(product_ids=[product_id])
-    if not states:
-        return None
-    state = states[0]
-    return {
-        "waiting": state.waiting,
-        "admitted": state.admitted,
-        "lapsed": state.lapsed,
-        "admitted_per_second": state.admit_per_second,
-        "paused": state.paused,
-        "pause_url": reverse("admin:waitingroom_productqueue_change", args=[state.product_id]),
-    }
-
-
 def queue_states(*, product_ids: list[int] | None = None) -> list[QueueState]:
-    """Each queue's counts (admin, metrics): a scan of its passes, for ops, never on a buyer's path."""
+    """The counts of the queues of ``product_ids`` (None: every queue) for the admin, the metrics and the sale
+    board: one statement, a scan of those queues' passes, for ops, never on a buyer's path."""
     with connection.cursor() as cursor:
-        cursor.execute(QUEUE_STATES_SQL, {"product_ids": product_ids or []})
+        cursor.execute(QUEUE_STATES_SQL, {"every_queue": product_ids is None, "product_ids": product_ids or []})
         return [QueueState(*row) for row in cursor.fetchall()]

@@ -2,13 +2,14 @@
 
 * :func:`queue_join` — one pass per (product, customer): ``INSERT … ON CONFLICT DO NOTHING`` on the unique
   constraint, so 50 concurrent joins of one customer make one pass (one 201, the rest 200 with the same pass).
-* :func:`queue_advance` — run by the sweeper loop (registered in ``waitingroom.apps``) for every open queue, each in
+* :func:`queue_advance` — run by the sweeper loop (``expire_reservations --loop`` calls :func:`queues_advance`) for every open queue, each in
   its own short transaction that takes the queue's row ``FOR NO KEY UPDATE SKIP LOCKED`` (another sweeper skips it,
   never waits): it places the passes that have no position yet (:data:`PLACE_SQL`: everyone who joined before the
   opening in the order of their random draw, then the others by arrival) and admits the next ones in position
   order, as many as the pace has earned since the last advance (paused time earns nothing) and never more than the
   units available minus the admissions still outstanding.
-* ``queue_set`` / ``queue_remove`` / ``queue_pause`` — the admin's and ``flash_sale_setup --queue``'s changes.
+* ``queue_set`` / ``queue_remove`` / ``queue_pause`` — the admin's and ``flash_sale_setup --queue``'s changes
+  (``backoffice.sale_setup``).
 
 Lock order (``skincare.locks``): a ``product_queues`` row, then ``queue_passes`` rows of waiting passes; a checkout
 takes only its customer's own admitted pass (``waitingroom.admission``), a row the advancer never updates.
@@ -23,7 +24,7 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 
 from inventory.exceptions import ProductNotFound, SaleEnded
-from inventory.selectors import SALE_ENDED, SALE_STATE_SQL
+from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, STOCK_SUM_SQL
 from skincare.db import retry_transient
 from skincare.errors import InvalidInput
 from waitingroom import metrics, selectors
@@ -32,11 +33,6 @@ from waitingroom.selectors import PassView
 
 logger = logging.getLogger(__name__)
 
-_STOCK_SQL = """LEFT JOIN LATERAL (
-    SELECT sum(b.available_stock)::integer AS available, sum(b.reserved_stock)::integer AS reserved
-      FROM stock_buckets b WHERE b.product_id = p.id
-) s ON true"""
-
 # Whether a customer may join: the product exists and is for sale, has a queue, the queue is open for joining
 # (QUEUE_OPENS_BEFORE_SECONDS before sale_starts_at), the sale has not ended, and a unit is available or reserved.
 JOIN_CHECK_SQL = f"""
@@ -44,10 +40,10 @@ SELECT q.product_id IS NOT NULL AS queued, {SALE_STATE_SQL} AS sale,
        p.sale_starts_at - make_interval(secs => %(opens_before)s) AS opens_at,
        CASE WHEN p.sale_starts_at - make_interval(secs => %(opens_before)s) > now()
             THEN extract(epoch FROM p.sale_starts_at - make_interval(secs => %(opens_before)s) - now()) END,
-       COALESCE(s.available, 0), COALESCE(s.reserved, 0)
+       COALESCE(stock.available_stock, 0), COALESCE(stock.reserved_stock, 0)
 FROM products p
 LEFT JOIN product_queues q ON q.product_id = p.id
-{_STOCK_SQL}
+{STOCK_SUM_SQL}
 WHERE p.id = %(product_id)s AND p.is_active
 """
 
@@ -124,10 +120,13 @@ RETURNING qp.position
 """
 
 # What caps the admissions: the product's available units and the admissions still outstanding.
-ROOM_SQL = """
-SELECT (SELECT COALESCE(sum(available_stock), 0) FROM stock_buckets WHERE product_id = %(product_id)s),
+ADMISSION_CAP_SQL = f"""
+SELECT COALESCE(stock.available_stock, 0),
        (SELECT count(*) FROM queue_passes
          WHERE product_id = %(product_id)s AND admitted_at IS NOT NULL AND used_at IS NULL AND admitted_until > now())
+FROM products p
+{STOCK_SUM_SQL}
+WHERE p.id = %(product_id)s
 """
 
 # The next ``n`` placed passes, in position order, admitted until now() + ADMISSION_TTL_SECONDS.
@@ -156,29 +155,31 @@ def earned_credit(*, credit: float, pace: int, paused: bool, elapsed_seconds: fl
 
 
 @dataclass
-class Advance:
+class AdvanceCounts:
+    """What one advance of a queue did: passes placed in line, passes admitted."""
+
     placed: int = 0
     admitted: int = 0
 
 
 @retry_transient
 @transaction.atomic
-def queue_advance(*, product_id: int) -> Advance:
+def queue_advance(*, product_id: int) -> AdvanceCounts:
     """Place and admit the next passes of one queue (see the module's docstring). A queue another advancer holds,
     one whose sale has not opened or has ended, and a paused one admit nobody (a paused one earns no credit)."""
     with connection.cursor() as cursor:
         cursor.execute(LOCK_QUEUE_SQL, {"product_id": product_id})
         row = cursor.fetchone()
         if row is None:
-            return Advance()
+            return AdvanceCounts()
         pace, paused, credit, credited_at, placed_through, admitted_through, starts_at, now, sale = row
         if (starts_at is not None and now < starts_at) or sale == SALE_ENDED:
-            return Advance()
+            return AdvanceCounts()
         cursor.execute(PLACE_SQL, {"product_id": product_id, "through": placed_through})
         placed = [position for (position,) in cursor.fetchall()]
         since = max(t for t in (credited_at, starts_at) if t is not None) if (credited_at or starts_at) else now
         credit = earned_credit(credit=credit, pace=pace, paused=paused, elapsed_seconds=(now - since).total_seconds())
-        cursor.execute(ROOM_SQL, {"product_id": product_id})
+        cursor.execute(ADMISSION_CAP_SQL, {"product_id": product_id})
         available, outstanding = cursor.fetchone()
         n = 0 if paused else max(0, min(math.floor(credit), available - outstanding))
         admitted: list[int] = []
@@ -199,7 +200,7 @@ def queue_advance(*, product_id: int) -> Advance:
         )
     if admitted:
         metrics.QUEUE_ADMISSIONS.inc(len(admitted))
-    return Advance(placed=len(placed), admitted=len(admitted))
+    return AdvanceCounts(placed=len(placed), admitted=len(admitted))
 
 
 # Queues whose sale is open (or has no start): the ones an advance can move.
@@ -275,17 +276,3 @@ def _product_exists(product_id: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM products WHERE id = %s", [product_id])
         return cursor.fetchone() is not None
-
-
-def flash_sale_queue(product_id: int, queued: bool, admit_per_second: int | None) -> str | None:
-    """``flash_sale_setup``'s queue (registered with ``orders.sale_setup``): a fresh queue for the new sale (the old
-    one's passes are deleted) or none. Returns the line the command prints (None without a queue)."""
-    queue_remove(product_id=product_id)
-    if not queued:
-        return None
-    queue_set(product_id=product_id, admit_per_second=admit_per_second)
-    pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
-    return (
-        f"flash_sale_setup: queue admit_per_second={pace} opens_for_joining={settings.QUEUE_OPENS_BEFORE_SECONDS} s "
-        f"before the sale; admission_ttl={settings.ADMISSION_TTL_SECONDS} s"
-    )

@@ -57,7 +57,7 @@ def admitted_positions(product) -> list[int]:
         return [p for (p,) in cursor.fetchall()]
 
 
-def admit_now(product) -> services.Advance:
+def admit_now(product) -> services.AdvanceCounts:
     """Advance the queue as if its pace were unlimited: everyone the stock allows is admitted (the pace itself is
     tested elsewhere); the queue's pace is put back afterwards."""
     with connection.cursor() as cursor:

@@ -12,7 +12,6 @@ from django.utils.safestring import SafeString
 from inventory.admin import stock_forms
 from inventory.admin.ledger import ledger_table
 from inventory.models import Inventory, StockMovement
-from skincare.admin_helpers import ExtensibleAdmin
 
 LEDGER_ROWS_ON_PAGE = 20
 
@@ -36,9 +35,9 @@ class LowStockFilter(admin.SimpleListFilter):
 
 
 @admin.register(Inventory)
-class InventoryAdmin(ExtensibleAdmin):
-    """Stock counters: read-only, with the two service-backed forms as custom admin views. The orders app adds
-    an "active reservations" filter through ``InventoryAdmin.extend`` (inventory never imports orders)."""
+class InventoryAdmin(admin.ModelAdmin):
+    """Stock counters: read-only, with the two service-backed forms as custom admin views. The orders app registers
+    a subclass with an "active reservations" filter in its place (``orders.admin``; inventory never imports orders)."""
 
     list_display = [
         "product_id",

@@ -7,7 +7,7 @@ the checkout changes (available_stock, reserved_stock, version, updated_at) are 
 rows and a hot row's new version soon has to go to another page, with an entry in each of the table's three
 indexes. FILLFACTOR leaves that share of each page free; VACUUM FULL rewrites the existing rows with it (an ACCESS
 EXCLUSIVE lock for the time of the rewrite: the table holds one row per product and bucket, a few milliseconds per
-thousand products, but not during a sale). Measured: docs/benchmarks.md#issue-26-the-databases-work-per-checkout.
+thousand products, but not during a sale).
 """
 
 from django.db import migrations

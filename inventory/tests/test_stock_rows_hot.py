@@ -1,5 +1,5 @@
 """The stock rows' table is set so that a checkout's UPDATE can stay HOT (migration 0007): room left on every page
-(fillfactor), and no index on a column the checkout changes. Measured by ``python -m bench.wal``."""
+(fillfactor), and no index on a column the checkout changes."""
 
 import importlib
 

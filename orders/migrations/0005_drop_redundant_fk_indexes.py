@@ -1,7 +1,6 @@
-"""Drop the foreign-key indexes that another index of the same table already leads with (issue 26): every
+"""Drop the foreign-key indexes that another index of the same table already leads with: every
 checkout inserts a row into each of these tables, and each index is one more write (and WAL record) per checkout;
-the lookups and the foreign keys' checks use the composite index instead. Measured with ``python -m bench.wal``'s
-cells: docs/benchmarks.md#issue-26-the-databases-work-per-checkout.
+the lookups and the foreign keys' checks use the composite index instead.
 
 The model state says ``db_index=False``; the database only drops the index (``CONCURRENTLY``: no lock that blocks
 checkouts), without re-creating the foreign key as Django's AlterField would (which re-validates every row).

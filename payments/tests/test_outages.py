@@ -61,8 +61,8 @@ def embedded_server():
     """The embedded server's socket directory; whatever a test does, the server is up again afterwards and this
     process's connections are fresh."""
     socket_dir = devdb._socket_dir()
-    assert socket_dir is not None and not os.environ.get("DATABASE_URL"), (
-        "the outage tests stop and start the embedded PostgreSQL (run them with DATABASE_URL unset)"
+    assert socket_dir is not None and devdb.is_embedded(os.environ.get("DATABASE_URL", "")), (
+        "the outage tests stop and start the embedded PostgreSQL (run them with DATABASE_URL unset or its URL)"
     )
     yield socket_dir
     if devdb._socket_dir() is None:
@@ -71,15 +71,12 @@ def embedded_server():
 
 
 @pytest.fixture
-def gunicorn(request):
-    """gunicorn with production-like persistent connections; connection health checks as the defaults have them
-    (off) unless the test parametrizes this fixture (``indirect``) with "true"."""
-    health_checks = getattr(request, "param", "false")
+def gunicorn():
+    """gunicorn with production-like persistent connections (no per-request health checks: config/settings.py)."""
     port = free_port()
     env = {
         **subprocess_env(),
         "DB_CONN_MAX_AGE": "60",
-        "DB_CONN_HEALTH_CHECKS": health_checks,
         "DB_LOCK_TIMEOUT_MS": "60000",
         "PAYMENT_WEBHOOK_SECRET": SECRET,
         "PAYMENT_SANDBOX": "true",
@@ -87,10 +84,10 @@ def gunicorn(request):
         "MAX_PENDING_ORDERS_PER_CUSTOMER": "0",  # setup: the test's one customer checks out many times
         "WEB_CONCURRENCY": "2",
         "PORT": str(port),
-        "GUNICORN_LOGLEVEL": "warning",
+        "LOG_LEVEL": "WARNING",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", "skincare/gunicorn.conf.py", "skincare.wsgi:application"],
+        [sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.conf.py", "config.wsgi:application"],
         cwd=BASE_DIR,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -165,7 +162,6 @@ def endpoints(base, token, product, order):
     }
 
 
-@pytest.mark.parametrize("gunicorn", ["false", "true"], indirect=True, ids=["no-health-checks", "health-checks"])
 def test_database_down_every_endpoint_503_then_recovers_without_restart(
     embedded_server, gunicorn, make_product, customer
 ):

@@ -25,6 +25,7 @@ from payments.models import IdempotencyKey, PaymentAttempt
 from payments.testing import STRATEGIES
 from payments.tests.test_webhook import SECRET, deliver, event
 from skincare.db import db_now
+from skincare.timestamps import utc_z
 
 
 def client_for(customer):
@@ -70,7 +71,7 @@ def test_before_the_window_409_sale_not_started_with_retry_after_and_nothing_wri
     assert body["code"] == "sale_not_started"
     assert body["product_ids"] == [product.pk]
     product.refresh_from_db()
-    assert body["starts_at"] == product.sale_starts_at.isoformat()
+    assert body["starts_at"] == utc_z(product.sale_starts_at)
     assert response["Retry-After"] == retry_after
     assert db_state() == before
 
@@ -138,7 +139,7 @@ def test_a_cart_is_refused_for_its_products_outside_their_windows(api, make_prod
     assert not_yet.json()["product_ids"] == sorted([soon.pk, later.pk])
     assert not_yet["Retry-After"] == "31"  # when the whole cart can be bought
     later.refresh_from_db()
-    assert not_yet.json()["starts_at"] == later.sale_starts_at.isoformat()
+    assert not_yet.json()["starts_at"] == utc_z(later.sale_starts_at)
     assert (ended.status_code, ended.json()["code"], ended.json()["product_ids"]) == (410, "sale_ended", [over.pk])
     assert db_state() == before
 

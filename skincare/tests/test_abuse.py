@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from devtools.testing import run_concurrently
 from skincare import checks, services
-from skincare.models import ApiToken
+from skincare.models import ApiToken, api_token_digest
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_tokens_are_stored_as_digests_only(make_customer):
         legacy_table = cursor.fetchone()[0]
 
     assert customer.api_token not in dump
-    assert services.api_token_digest(customer.api_token) in dump
+    assert api_token_digest(customer.api_token) in dump
     assert legacy_table is None
 
 
@@ -95,7 +95,7 @@ def test_legacy_drf_tokens_are_hashed_and_the_plaintext_table_dropped(make_custo
         cursor.execute("SELECT to_regclass('authtoken_token')")
         assert cursor.fetchone()[0] is None
 
-    assert ApiToken.objects.filter(user=user, digest=services.api_token_digest("legacy-plaintext-key")).exists()
+    assert ApiToken.objects.filter(user=user, digest=api_token_digest("legacy-plaintext-key")).exists()
     assert client.get("/v1/orders/1", HTTP_AUTHORIZATION="Bearer legacy-plaintext-key").status_code == 404
 
 
@@ -201,7 +201,7 @@ def settings_import(env):
     clean = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DJANGO_DEBUG")}
     return subprocess.run(
         [sys.executable, "-c", "import django.conf as c; print(c.settings.SECRET_KEY[:8])"],
-        env={**clean, "DJANGO_SETTINGS_MODULE": "skincare.settings", **env},
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
         cwd=BASE_DIR,
         capture_output=True,
         text=True,

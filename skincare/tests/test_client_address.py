@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client, RequestFactory, override_settings
 
-from skincare import checks
+from skincare import checks, clientaddr
 from skincare.clientaddr import client_address, throttle_key
 from skincare.models import AdminLoginFailure
 
@@ -132,7 +132,7 @@ def test_trusted_proxies_must_be_networks(settings) -> None:  # type: ignore[no-
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 27: addresses that cannot be forged or lost
+# Addresses that cannot be forged or lost
 
 
 def test_when_every_hop_is_trusted_the_client_written_entry_is_never_taken(settings) -> None:  # type: ignore[no-untyped-def]
@@ -197,3 +197,50 @@ def test_an_empty_peer_address_is_unknown_not_loopback(settings) -> None:  # typ
 def test_start_up_warns_on_ranges_wider_than_a_private_network(settings, ranges, warned) -> None:  # type: ignore[no-untyped-def]
     settings.PRODUCTION, settings.TRUSTED_PROXIES = False, ranges
     assert [m.id for m in checks.client_address_settings()] == warned
+
+
+@pytest.mark.django_db
+def test_an_unreadable_hop_is_the_hop_that_forwarded_it_not_the_proxy(settings) -> None:  # type: ignore[no-untyped-def]
+    """A client inside the trusted range sends garbage as its X-Forwarded-For: it is the last hop that could be read
+    (itself), never the proxy's own loopback address, which would open /metrics to it."""
+    settings.TRUSTED_PROXIES = ["127.0.0.1/32", "10.0.0.0/8"]
+    settings.PRODUCTION, settings.METRICS_TOKEN = False, ""
+    assert address(PROXY, "garbage, 10.0.0.5") == "10.0.0.5"
+    assert address(PROXY, "198.51.100.1, garbage, 10.0.0.5") == "10.0.0.5"
+    assert Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="garbage, 10.0.0.5").get("/metrics").status_code == 403
+    # Control: the proxy's own request (no header) is loopback, and /metrics answers it in development.
+    assert Client(REMOTE_ADDR=PROXY).get("/metrics").status_code == 200
+
+
+@pytest.fixture
+def forwarding_report():  # type: ignore[no-untyped-def]
+    logged = clientaddr._ForwardingReport.logged
+    clientaddr._ForwardingReport.logged = False
+    yield
+    clientaddr._ForwardingReport.logged = logged
+
+
+def untrusted_forwarding_warnings(caplog) -> list[str]:  # type: ignore[no-untyped-def]
+    return [r.getMessage() for r in caplog.records if r.name == "skincare.clientaddr" and r.levelname == "WARNING"]
+
+
+@pytest.mark.django_db
+def test_requests_through_an_undeclared_proxy_log_one_warning_per_process(settings, caplog, forwarding_report) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES = []
+    caplog.set_level("WARNING", logger="skincare.clientaddr")
+    Client(REMOTE_ADDR=PROXY).get("/admin/login/")  # no header: nothing to say
+    assert untrusted_forwarding_warnings(caplog) == []
+    for forwarded in ("198.51.100.1", "198.51.100.2"):
+        Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=forwarded).get("/admin/login/")
+        login(Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR=forwarded), someone())
+    warnings = untrusted_forwarding_warnings(caplog)
+    assert len(warnings) == 1, warnings
+    assert "TRUSTED_PROXIES is empty" in warnings[0] and PROXY in warnings[0]
+
+
+@pytest.mark.django_db
+def test_control_a_declared_proxy_is_not_warned_about(settings, caplog, forwarding_report) -> None:  # type: ignore[no-untyped-def]
+    settings.TRUSTED_PROXIES = ["127.0.0.1/32"]
+    caplog.set_level("WARNING", logger="skincare.clientaddr")
+    Client(REMOTE_ADDR=PROXY, HTTP_X_FORWARDED_FOR="198.51.100.1").get("/admin/login/")
+    assert untrusted_forwarding_warnings(caplog) == []

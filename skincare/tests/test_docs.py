@@ -1,4 +1,4 @@
-"""The docs guard (issue 24): what README.md and docs/*.md name must exist, so a rename or a removal fails the suite
+"""The docs guard: what README.md and docs/*.md name must exist, so a rename or a removal fails the suite
 instead of leaving a doc that sends the reader nowhere.
 
 - every repository path they name (in backticks or as a Markdown link) is in the git tree, or is an artifact that
@@ -9,7 +9,7 @@ instead of leaving a doc that sends the reader nowhere.
 - every ``make <target>`` (in backticks or in a shell block) is a target of the Makefile, and every
   ``python -m <module>`` imports;
 - the README's error table lists exactly the codes that the exposed ``DomainError`` classes declare, each in a row
-  of its own HTTP status; the other codes of its code column are the API layer's own (``skincare.api``).
+  of its own HTTP status; the other codes of its code column are the API layer's own (``skincare.errors.FRAMEWORK_CODES``).
 
 No allow-list: a name that is not the project's (a URL path, a SQL fragment, a setting) does not match the patterns
 below. Each rule has a control test that feeds it a wrong doc.
@@ -28,8 +28,7 @@ from pathlib import Path
 import pytest
 from django.apps import apps
 
-from skincare import api
-from skincare.errors import DomainError, declared_errors
+from skincare.errors import FRAMEWORK_CODES, DomainError, declared_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -200,7 +199,7 @@ def named_paths(text: str) -> Iterator[tuple[bool, str]]:
 def named_symbols(text: str) -> Iterator[str]:
     for code in inline_code(text):
         if "/" in code and " " not in code:
-            continue  # a path (``skincare/gunicorn.conf.py``), checked as one
+            continue  # a path (``config/gunicorn.conf.py``), checked as one
         for match in DOTTED.finditer(code):
             yield match.group(1).removesuffix(".py")
 
@@ -260,10 +259,10 @@ def error_table_problems(readme: str, declared: dict[str, type[DomainError]]) ->
         if code in rows and rows[code] != {cls.http_status}
     ]
     found += [
-        f"README error table: `{code}` is neither a DomainError's code nor one of skincare.api.FRAMEWORK_CODES"
+        f"README error table: `{code}` is neither a DomainError's code nor one of skincare.errors.FRAMEWORK_CODES"
         + (" (it is never sent: the error is not exposed)" if code in declared else "")
         for code in sorted(rows)
-        if code not in exposed and code not in api.FRAMEWORK_CODES
+        if code not in exposed and code not in FRAMEWORK_CODES
     ]
     return found
 

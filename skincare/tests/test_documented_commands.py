@@ -1,5 +1,6 @@
-"""Every `python manage.py ...` that README.md and docs/*.md show runs verbatim in a newcomer's shell (issue 20):
-from the repository root, with no DJANGO_* / PAYMENT_* variable exported, with a `python` that has no Django
+"""Every `python manage.py ...` that README.md and docs/*.md show runs verbatim in a newcomer's shell:
+from the repository root, with no DJANGO_* / PAYMENT_* variable exported but the one README's "Try it" tells them to
+(``export DJANGO_ENV=development``: only the environment selects development), with a `python` that has no Django
 (manage.py runs itself again with .venv/bin/python), the development settings coming from .env alone (what
 `make run` writes). Only DATABASE_URL points the commands at this run's test database instead of the development one.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command, get_commands
 
+from config import modes
 from devtools import devenv
 from skincare.tests.test_metrics import _url
 
@@ -107,10 +109,9 @@ def test_the_newcomers_python_has_no_django(tmp_path: Path) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_every_documented_command_runs_verbatim_in_a_fresh_shell(tmp_path: Path) -> None:
-    devenv.ensure()  # what `make run` / `make db` did on this clone (an existing .env is left alone) ...
-    devenv.ensure_development()  # ... but for the DJANGO_ENV=development line they add to an older one
+    devenv.ensure()  # what `make run` / `make db` did on this clone (an existing .env is left alone)
     call_command("load_demo_data")  # `make run` loaded it; flash_sale_setup works on product 101
-    env = newcomer_env(tmp_path)
+    env = newcomer_env(tmp_path) | {"DJANGO_ENV": "development"}  # what Try it tells them to export
     lines = documented_lines()
     assert lines
     for line in lines:
@@ -158,3 +159,64 @@ def run_until_sigterm(line: str, env: dict[str, str]) -> None:
             process.wait()
     assert process.returncode == 0, f"{line}\n{err}"
     assert "expire_reservations: stopped" in out, out
+
+
+TRY_IT = "export DJANGO_ENV=development"
+
+
+def try_it_section() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme[readme.index("### Try it") : readme.index("\n## ", readme.index("### Try it"))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_typed_command_without_the_export_is_production_and_says_what_to_export(tmp_path: Path) -> None:
+    """The one variable the commands above get is the one README's Try it block tells a newcomer to export, before
+    their first ``python manage.py``; without it the same command is production and refuses, naming it."""
+    section = try_it_section()
+    assert TRY_IT in section and section.index(TRY_IT) < section.index("python manage.py")
+    devenv.ensure()
+    env = newcomer_env(tmp_path)
+    refused = subprocess.run(
+        ["bash", "-c", "python manage.py audit_inventory"],  # noqa: S607
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert TRY_IT in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    # Control: exported as Try it says, the same line runs.
+    ran = subprocess.run(  # noqa: S603
+        ["bash", "-c", f"{TRY_IT}; python manage.py audit_inventory"],  # noqa: S607
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_make_runs_own_old_mode_line_leaves_dot_env_and_a_developers_own_stays(tmp_path: Path) -> None:
+    """Older `make run`s wrote DJANGO_ENV=development to .env (docker compose reads that file for its own
+    ${DJANGO_ENV}); `make run` / `make db` remove that line now, and only that line."""
+    dot_env = tmp_path / ".env"
+    dot_env.write_text(
+        "DJANGO_ENV=development\nPAYMENT_SANDBOX=true\n"
+        "# Development is asked for explicitly (unset is production); added by devtools/devenv.py\n"
+        "DJANGO_ENV=development\nDATABASE_URL=postgres:///x\n"
+    )
+    assert devenv.drop_mode_line(dot_env)
+    assert dot_env.read_text() == "PAYMENT_SANDBOX=true\nDATABASE_URL=postgres:///x\n"
+    assert not devenv.drop_mode_line(dot_env)  # nothing left to remove
+    # Control: a line the developer wrote differently is theirs (a contradicting one refuses at start-up).
+    dot_env.write_text("export DJANGO_ENV=production\n")
+    assert not devenv.drop_mode_line(dot_env)
+    # And the .env a fresh clone's `make run` writes names no mode at all.
+    fresh = tmp_path / "fresh.env"
+    assert devenv.ensure(fresh)
+    assert modes.dot_env_value(fresh) is None

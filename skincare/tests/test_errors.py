@@ -1,4 +1,4 @@
-"""One error code is one class (issue 24): its fields are declared once, the constructor and the body derive from
+"""One error code is one class: its fields are declared once, the constructor and the body derive from
 them, and the bodies stay byte for byte what clients and stored idempotent replies already have."""
 
 import json
@@ -51,7 +51,7 @@ BEFORE = [
         ),
         {"Retry-After": "1"},
         '{"error": "The sale has not started yet; retry after the time in Retry-After.", "code": "sale_not_started", '
-        '"product_ids": [1, 3], "starts_at": "2026-12-01T13:00:00.123456+00:00"}',
+        '"product_ids": [1, 3], "starts_at": "2026-12-01T13:00:00.123456Z"}',
     ),
     (
         PurchaseLimitExceeded(product_ids=[3, 1]),

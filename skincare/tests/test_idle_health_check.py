@@ -4,6 +4,8 @@ import pytest
 from django.core.signals import request_finished, request_started
 from django.db import connection, connections
 
+from skincare import connections as connections_module
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -28,23 +30,23 @@ def probes(monkeypatch):
     return calls
 
 
-def test_a_connection_used_a_moment_ago_is_not_checked(settings, probes):
-    settings.DB_HEALTH_CHECK_AFTER_IDLE_MS = 60_000
+def test_a_connection_used_a_moment_ago_is_not_checked(monkeypatch, probes):
+    monkeypatch.setattr(connections_module, "CHECK_AFTER_IDLE_SECONDS", 60.0)
     request_finished.send(sender=None)
     request_started.send(sender=None)
     assert probes == []
 
 
-def test_an_idle_connection_is_checked_before_the_request_uses_it(settings, probes):
-    settings.DB_HEALTH_CHECK_AFTER_IDLE_MS = 0
+def test_an_idle_connection_is_checked_before_the_request_uses_it(monkeypatch, probes):
+    monkeypatch.setattr(connections_module, "CHECK_AFTER_IDLE_SECONDS", 0.0)
     request_finished.send(sender=None)
     request_started.send(sender=None)
     assert probes == [1]
     assert connection.connection is not None  # alive: kept
 
 
-def test_a_dead_idle_connection_is_closed_so_the_next_query_reconnects(settings):
-    settings.DB_HEALTH_CHECK_AFTER_IDLE_MS = 0
+def test_a_dead_idle_connection_is_closed_so_the_next_query_reconnects(monkeypatch):
+    monkeypatch.setattr(connections_module, "CHECK_AFTER_IDLE_SECONDS", 0.0)
     persistent()
     pid = connection.connection.info.backend_pid
     other = connections.create_connection("default")

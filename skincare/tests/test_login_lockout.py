@@ -1,12 +1,15 @@
-"""An admin no stranger can lock (issue 27, item 4): failed logins are counted per (address, username), per address,
-and per username far above those, and the username's lock never blocks an address that has not failed itself.
-Ops clear a lock with ``python manage.py admin_login_unlock``."""
+"""An admin no stranger can lock: failed logins are counted per (address, username), per address,
+and per username far above those, and the username's lock never blocks an address that has not failed itself. A
+browser that logged in before (a known device) is counted by its own failures only. Ops clear a lock with
+``python manage.py admin_login_unlock``, which reads an address exactly as the throttle does."""
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import Client
 
+from skincare.login_throttle import KNOWN_DEVICE_COOKIE
 from skincare.models import AdminLoginFailure
 from skincare.tests.test_client_address import login, someone
 
@@ -99,3 +102,111 @@ def test_ops_clear_a_lock_from_the_command_line(operator, settings, capsys) -> N
 
     call_command("admin_login_unlock", "--username", "ops-lead")
     assert AdminLoginFailure.objects.count() == 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A lockout nobody can aim: known devices, and each rule's exact reach
+
+PROXY = "127.0.0.1"  # an undeclared reverse proxy (no TRUSTED_PROXIES): every client has its address
+
+
+def known_browser(cookie: str, remote: str) -> Client:
+    """A browser that logged in before: it has the known-device cookie, and no session."""
+    browser = Client(REMOTE_ADDR=remote)
+    browser.cookies[KNOWN_DEVICE_COOKIE] = cookie
+    return browser
+
+
+def device_cookie_of_a_login(remote: str, username: str = "ops-lead") -> str:
+    browser = Client(REMOTE_ADDR=remote)
+    assert login(browser, username, PASSWORD) == 302
+    morsel = browser.cookies[KNOWN_DEVICE_COOKIE]
+    assert morsel["httponly"] and morsel["samesite"] == "Strict" and morsel["path"] == "/admin/login/"
+    return morsel.value
+
+
+def test_a_known_device_logs_in_through_the_username_and_address_locks(operator, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ADMIN_LOGIN_MAX_FAILURES, settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = 5, 6
+    settings.ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME = 8
+    cookie = device_cookie_of_a_login(PROXY)  # the operator logged in from this browser last week
+
+    # Rented /64s make the username's failures; anyone behind the same proxy locks its address.
+    assert [login(Client(REMOTE_ADDR=f"2001:db8:0:{i:x}::1"), "ops-lead") for i in range(8)] == [200] * 8
+    stranger = Client(REMOTE_ADDR=PROXY)
+    assert [login(stranger, someone()) for _ in range(6)] == [200] * 6
+
+    # The operator, from their own browser, even after a typo of their own: in.
+    browser = known_browser(cookie, PROXY)
+    assert login(browser, "ops-lead", "typo") == 200
+    assert login(browser, "ops-lead", PASSWORD) == 302
+    # Control: the same password from a browser the throttle does not know is refused by both locks.
+    assert login(Client(REMOTE_ADDR=PROXY), "ops-lead", PASSWORD) == 429  # the proxy's address is locked
+    new_laptop = Client(REMOTE_ADDR="198.51.100.9")
+    assert login(new_laptop, "ops-lead", "typo") == 200
+    assert login(new_laptop, "ops-lead", PASSWORD) == 429  # the username's lock: this address has failed
+
+
+def test_a_known_device_gets_its_own_five_guesses_and_only_for_its_account(operator, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ADMIN_LOGIN_MAX_FAILURES = 5
+    cookie = device_cookie_of_a_login(OPERATOR)
+    stolen = known_browser(cookie, "203.0.113.1")
+    assert [login(stolen, "ops-lead") for _ in range(5)] == [200] * 5
+    assert login(known_browser(cookie, "203.0.113.2"), "ops-lead", PASSWORD) == 429  # its lock follows the cookie
+    assert "" not in set(AdminLoginFailure.objects.values_list("device", flat=True))
+    # For another account, or tampered with: no exemption, the address's counters apply.
+    settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = 2
+    tampered = cookie[:-2] + ("xx" if not cookie.endswith("xx") else "yy")
+    assert login(known_browser(cookie, ATTACKER), someone()) == 200
+    assert login(known_browser(tampered, ATTACKER), "ops-lead") == 200
+    assert list(AdminLoginFailure.objects.filter(client_ip=ATTACKER).values_list("device", flat=True)) == [""] * 2
+    assert login(known_browser(tampered, ATTACKER), "ops-lead", PASSWORD) == 429
+    # Control: a success from the device forgets its failures and gives it a fresh id.
+    AdminLoginFailure.objects.filter(client_ip=ATTACKER).delete()
+    settings.ADMIN_LOGIN_MAX_FAILURES = 6
+    again = known_browser(cookie, OPERATOR)
+    assert login(again, "ops-lead", PASSWORD) == 302
+    assert AdminLoginFailure.objects.count() == 0
+    assert again.cookies[KNOWN_DEVICE_COOKIE].value != cookie
+
+
+def test_a_success_forgets_only_its_own_usernames_failures_of_the_address(operator, settings) -> None:  # type: ignore[no-untyped-def]
+    """A sprayer with an account of their own cannot reset their address's counter by logging in."""
+    settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = 4
+    get_user_model().objects.create_user("intern", password=PASSWORD, is_staff=True)
+    sprayer = Client(REMOTE_ADDR=ATTACKER)
+    assert [login(sprayer, someone()) for _ in range(3)] == [200] * 3
+    assert login(sprayer, "intern", "typo") == 200
+    assert login(Client(REMOTE_ADDR=ATTACKER), "intern", "typo") == 429  # four failures: the address is locked
+    AdminLoginFailure.objects.filter(username="intern").delete()
+    assert login(sprayer, "intern", PASSWORD) == 302
+    assert AdminLoginFailure.objects.filter(client_ip=ATTACKER).count() == 3  # the other usernames' stay
+    assert login(Client(REMOTE_ADDR=ATTACKER), someone()) == 200
+    assert login(Client(REMOTE_ADDR=ATTACKER), someone()) == 429
+
+
+def test_the_usernames_lock_blocks_an_address_that_failed_only_for_other_usernames(operator, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.ADMIN_LOGIN_MAX_FAILURES, settings.ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME = 5, 8
+    assert [login(Client(REMOTE_ADDR=f"203.0.113.{i}"), "ops-lead") for i in range(1, 9)] == [200] * 8
+    sprayer = Client(REMOTE_ADDR="203.0.113.99")
+    assert login(sprayer, someone()) == 200  # a failure, for another username
+    assert login(sprayer, "ops-lead", PASSWORD) == 429  # no fresh guess at the locked account
+    # Control: an address with no failure at all still gets in.
+    assert login(Client(REMOTE_ADDR=OPERATOR), "ops-lead", PASSWORD) == 302
+
+
+@pytest.mark.parametrize("written", ["::ffff:198.51.100.7", "198.51.100.7", "[::ffff:198.51.100.7]:443"])
+def test_unlock_reads_an_address_exactly_as_the_throttle_does(operator, settings, capsys, written) -> None:  # type: ignore[no-untyped-def]
+    settings.ADMIN_LOGIN_MAX_FAILURES = 2
+    mapped = Client(REMOTE_ADDR="::ffff:198.51.100.7")  # a dual-stack socket's peer
+    assert [login(mapped, "ops-lead") for _ in range(2)] == [200] * 2
+    assert list(AdminLoginFailure.objects.values_list("client_ip", flat=True)) == [OPERATOR] * 2
+    assert login(mapped, "ops-lead", PASSWORD) == 429
+
+    call_command("admin_login_unlock", "--address", written)
+    assert "forgot 2 failed login(s)" in capsys.readouterr().out
+    assert login(mapped, "ops-lead", PASSWORD) == 302
+
+
+def test_unlock_refuses_what_is_not_an_address(operator) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CommandError, match="not an IP address"):
+        call_command("admin_login_unlock", "--address", "proxy.internal")

@@ -1,4 +1,4 @@
-"""`make run` is the whole shop (issue 20): the real `make run` (PORT = a free port, DATABASE_URL = this run's test
+"""`make run` is the whole shop: the real `make run` (PORT = a free port, DATABASE_URL = this run's test
 database, nothing else exported for the project) serves the API, runs the sweeper, prints where everything is, and
 stops with no process left behind.
 
@@ -21,6 +21,7 @@ import requests
 from devtools.processes import free_port
 from skincare import demo
 from skincare.tests.test_documented_commands import newcomer_env
+from skincare.tests.test_production import production_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = {"Authorization": f"Bearer {demo.DEMO_CUSTOMER_TOKEN}"}
@@ -175,3 +176,18 @@ def test_one_ctrl_c_stops_web_and_sweeper_with_no_process_left(make_run: MakeRun
     assert alive == []
     out = make_run.output()
     assert "SIGINT received" in out and "expire_reservations: stopped" in out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_run_with_production_in_the_environment_is_production_and_refuses_the_demo(tmp_path: Path) -> None:
+    """`DJANGO_ENV=production make run` (even with real secrets exported) is production: the demo data is refused,
+    nothing is served. The control is the tests above: the same `make run` without DJANGO_ENV serves the demo."""
+    real = {k: v for k, v in production_env().items() if k.startswith(("DJANGO_", "PAYMENT_", "METRICS_"))}
+    run = MakeRun(tmp_path, **real)
+    try:
+        assert run.process.wait(timeout=300) != 0, run.output()
+        out = run.output()
+        assert "refusing to load the demo data with DJANGO_ENV=production" in out, out
+        assert "sandbox payments on" not in out and "Listening at" not in out, out
+    finally:
+        run.kill_leftovers()

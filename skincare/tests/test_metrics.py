@@ -12,16 +12,16 @@ from django.db import connection, transaction
 from django.test import Client
 from prometheus_client import REGISTRY
 
+from backoffice.tests.test_sweeper_loop import LineWatcher, run_command_in_thread
 from devtools.processes import Gunicorn, free_port
 from devtools.testing import make_overdue, run_concurrently
 from inventory.models import StockBucket
 from inventory.tests.test_sale_window import set_window
-from orders.tests.test_sweeper import LineWatcher, run_command_in_thread
 from payments import signing
 from payments.models import ProcessedEvent
 from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout
-from skincare import api
+from skincare import api, errors
 from skincare.db import retry_transient
 from skincare.errors import declared_errors
 from skincare.metrics import CHECKOUT_OUTCOMES, OTHER, WEBHOOK_OUTCOMES, bounded
@@ -91,7 +91,7 @@ def test_every_declared_error_code_is_a_checkout_and_a_webhook_label() -> None:
     assert codes <= set(CHECKOUT_OUTCOMES)
     assert codes <= set(WEBHOOK_OUTCOMES)
     assert all(bounded(code, CHECKOUT_OUTCOMES) == code for code in codes)
-    assert all(bounded(code, CHECKOUT_OUTCOMES) == code for code in api.FRAMEWORK_CODES)
+    assert all(bounded(code, CHECKOUT_OUTCOMES) == code for code in errors.FRAMEWORK_CODES)
     assert "created" in CHECKOUT_OUTCOMES
     assert bounded("no_such_code", CHECKOUT_OUTCOMES) == OTHER  # control: anything else is still ``other``
     assert bounded(None, WEBHOOK_OUTCOMES) == OTHER
@@ -103,14 +103,14 @@ def test_webhook_success_labels_are_the_event_outcomes() -> None:
 
 
 def test_every_code_the_api_layer_sends_is_a_framework_code() -> None:
-    """The codes skincare.api writes itself (``error_body(..., "<code>")`` and DRF's mapping) are the
-    FRAMEWORK_CODES that the labels and the README's error table accept."""
+    """The codes skincare.api writes itself (``error_body(..., "<code>")``, ``error_response(..., "<code>")`` and
+    DRF's mapping) are the FRAMEWORK_CODES that the labels and the README's error table accept."""
     source = Path(api.__file__).read_text()
-    sent = set(re.findall(r'error_body\([^()]*?(?:\([^()]*\))?[^()]*?, "([a-z_]+)"', source)) | set(
-        api.DRF_CODES.values()
+    sent = set(re.findall(r'error_(?:body|response)\([^()]*?(?:\([^()]*\))?[^()]*?, "([a-z_]+)"', source)) | set(
+        errors.DRF_CODES.values()
     )
     assert {"internal_error", "payload_too_large", "bad_request", "not_found", "csrf_failed"} <= sent
-    assert sent == api.FRAMEWORK_CODES
+    assert sent == errors.FRAMEWORK_CODES
 
 
 @pytest.mark.django_db
@@ -245,7 +245,7 @@ def _url() -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue 27: the token is compared whole, and the sweeper's metrics port is protected like /metrics
+# The token is compared whole, and the sweeper's metrics port is protected like /metrics
 
 
 @pytest.mark.django_db
@@ -272,7 +272,7 @@ def _scrape(port: int, header: str | None = None) -> int:
 
 @pytest.mark.django_db  # a scrape reads the waiting room's counts (waitingroom.metrics)
 def test_the_sweepers_metrics_port_wants_the_token(settings) -> None:  # type: ignore[no-untyped-def]
-    from skincare.monitoring import start_metrics_server
+    from skincare.metrics import start_metrics_server
 
     settings.METRICS_TOKEN = "scrape-token-for-tests"
     server, _thread = start_metrics_server(0, addr="127.0.0.1")
@@ -291,7 +291,7 @@ def test_the_sweepers_metrics_port_wants_the_token(settings) -> None:  # type: i
 def test_without_a_token_the_sweepers_metrics_port_stays_on_loopback(settings) -> None:  # type: ignore[no-untyped-def]
     from django.core.management import CommandError, call_command
 
-    from skincare.monitoring import start_metrics_server
+    from skincare.metrics import start_metrics_server
 
     settings.METRICS_TOKEN, settings.PRODUCTION = "", False
     with pytest.raises(ValueError, match="needs METRICS_TOKEN"):

@@ -6,8 +6,7 @@ from django.core.management import call_command
 from devtools.testing import assert_invariants
 from inventory.models import Inventory, Product
 from inventory.services import stock_set_counted
-from skincare.models import ApiToken
-from skincare.services import api_token_digest
+from skincare.models import ApiToken, api_token_digest
 
 
 def test_healthz_needs_no_database(client):

@@ -1,4 +1,4 @@
-"""Server-side prepared statements (DB_PREPARED_STATEMENTS, skincare/settings.py): on by default on a direct
+"""Server-side prepared statements (DB_PREPARED_STATEMENTS, config/settings.py): on by default on a direct
 connection, off behind PgBouncer, and the one wrong combination refuses to start. `make test` runs the race,
 strategy and fault suites once more with them off, so both ways of binding parameters are covered."""
 
@@ -26,7 +26,7 @@ from payments.models import PaymentAttempt
 from skincare import db as skincare_db
 
 ROOT = Path(__file__).resolve().parents[2]
-SETTINGS = ROOT / "skincare" / "settings.py"
+SETTINGS = ROOT / "config" / "settings.py"
 
 
 def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def test_the_checkout_and_sweeper_statements_are_prepared_in_this_mode(make_prod
 
     # psycopg forgets (DEALLOCATE ALL) every prepared statement of a connection at each ROLLBACK, a rolled-back
     # savepoint included: a checkout refused inside an outer transaction (here the test's own) rolls back its
-    # savepoint and starts the count again (docs/benchmarks.md#issue-26). An outermost checkout refused before any
+    # savepoint and starts the count again. An outermost checkout refused before any
     # write commits instead and keeps them (the tests below).
     with pytest.raises(StockConflict):
         checkout(customer=make_customer(), items=[(product.pk, 100)])

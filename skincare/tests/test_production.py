@@ -81,7 +81,7 @@ print(json.dumps(out))
 
 @pytest.mark.django_db
 def test_https_behind_a_proxy_hsts_and_secure_cookies() -> None:
-    env = production_env(DJANGO_DEBUG="true", DJANGO_SETTINGS_MODULE="skincare.settings")
+    env = production_env(DJANGO_DEBUG="true", DJANGO_SETTINGS_MODULE="config.settings")
     result = subprocess.run(  # noqa: S603
         [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -120,7 +120,7 @@ def test_admin_login_is_throttled_after_repeated_failures(staff, settings) -> No
     blocked = client.post("/admin/login/", {"username": "ops-throttle", "password": "right-password-for-tests"})
     assert blocked.status_code == 429
     assert blocked["Retry-After"] == str(settings.ADMIN_LOGIN_WINDOW_SECONDS)
-    # The lock is this address's for this username (issue 27): another address is not locked out of the account,
+    # The lock is this address's for this username: another address is not locked out of the account,
     # and the real operator logs in from there (skincare/tests/test_login_lockout.py has the whole story).
     assert login(Client(REMOTE_ADDR="198.51.100.8"), "ops-throttle", "x") == 200
     assert login(Client(REMOTE_ADDR="198.51.100.8"), "ops-throttle", "right-password-for-tests") == 302

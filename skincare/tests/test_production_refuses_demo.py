@@ -1,4 +1,4 @@
-"""Production refuses the demo (issue 20): with DJANGO_ENV=production every start-up — the web application (what
+"""Production refuses the demo: with DJANGO_ENV=production every start-up — the web application (what
 gunicorn imports), the sweeper, any management command, even one that skips Django's system checks — stops with a
 clear message when the secret key or the webhook secret is a published value, the sandbox is on, or the database has
 the demo accounts; `load_demo_data` refuses. Each refusal has its control: the same start-up with real values runs.
@@ -17,7 +17,7 @@ from django.core.management import call_command
 from skincare import demo
 from skincare.tests.test_production import ROOT, manage, production_env
 
-WSGI = "import skincare.wsgi"  # what gunicorn does first: skincare/wsgi.py runs the start-up checks
+WSGI = "import config.wsgi"  # what gunicorn does first: config/wsgi.py runs the start-up checks
 SHELL_COMMAND = ("shell", "-c", "print('shell ran')")  # a command that runs no system checks of its own
 
 

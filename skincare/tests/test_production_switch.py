@@ -1,7 +1,7 @@
-"""One production switch that cannot be misspelt, and refusals that fail closed (issue 27, items 1 and 2).
+"""One production switch that cannot be misspelt, and refusals that fail closed.
 
 ``DJANGO_ENV`` is ``production`` or ``development``; anything else refuses to start and nothing at all is production
-(skincare/modes.py). Production runs Django's deployment checks at every start-up and refuses weak secrets. The
+(config/modes.py). Production runs Django's deployment checks at every start-up and refuses weak secrets. The
 demo-account check blocks serving until it has run against the database, and covers django-admin too. Every
 refusal here has its control: the same start with real values runs."""
 
@@ -18,14 +18,15 @@ from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.test import RequestFactory
 
-from skincare import checks, demo, modes
+from config import modes
+from skincare import checks, demo
 from skincare.tests.test_production import ROOT, manage, production_env
 
 PRINT_MODE = "import django; django.setup(); from django.conf import settings; print(settings.PRODUCTION)"
 
 
 def python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {**env, "DJANGO_SETTINGS_MODULE": "skincare.settings"}
+    env = {**env, "DJANGO_SETTINGS_MODULE": "config.settings"}
     return subprocess.run(  # noqa: S603 - our own code
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -54,18 +55,71 @@ def test_no_mode_at_all_is_production() -> None:
     assert asked.stdout.strip() == "False", asked.stderr
 
 
-def test_dot_env_switches_into_production_but_never_out(tmp_path: Path) -> None:
+def test_only_the_environment_selects_development_whatever_dot_env_says(tmp_path: Path) -> None:
     dot_env = tmp_path / ".env"
-    dot_env.write_text("# a comment\nDJANGO_ENV=development\n")
-    assert modes.mode(dot_env, environ={}) == "development"  # the environment says nothing: .env asks
-    assert modes.mode(dot_env, environ={"DJANGO_ENV": "production"}) == "production"  # never out of production
-    dot_env.write_text('export DJANGO_ENV="production"\n')
-    assert modes.mode(dot_env, environ={}) == "production"  # the hole: it used to be ignored
-    dot_env.write_text("DJANGO_ENV=prod\n")
-    with pytest.raises(ImproperlyConfigured, match="is not a mode"):
-        modes.mode(dot_env, environ={})
-    assert modes.mode(tmp_path / "missing", environ={}) == "production"
+    dot_env.write_text("# a comment\nDJANGO_ENV=development\nDJANGO_SECRET_KEY=x\n")
+    # The hole: a process started without DJANGO_ENV ran development whenever .env said so.
+    assert modes.mode(dot_env, environ={}) == "production"
+    dot_env.write_text('export DJANGO_ENV="development"\n')
+    assert modes.mode(dot_env, environ={}) == "production"
+    assert modes.mode(dot_env, environ={"DJANGO_ENV": "production"}) == "production"
+    # Control: the environment asks, and then .env may carry development values.
+    assert modes.mode(dot_env, environ={"DJANGO_ENV": "development"}) == "development"
+    assert modes.mode(tmp_path / "missing", environ={"DJANGO_ENV": "development"}) == "development"
     assert modes.mode(None, environ={}) == "production"
+
+
+def test_a_dot_env_line_that_contradicts_development_refuses(tmp_path: Path) -> None:
+    dot_env = tmp_path / ".env"
+    development = {"DJANGO_ENV": "development"}
+    # An appended production line: the last line counts, and it contradicts the environment.
+    dot_env.write_text("DJANGO_ENV=development\nPAYMENT_SANDBOX=true\nDJANGO_ENV=production\n")
+    with pytest.raises(ImproperlyConfigured, match="contradicts DJANGO_ENV='development' in the environment"):
+        modes.mode(dot_env, environ=development)
+    dot_env.write_text("DJANGO_ENV=prod\n")
+    with pytest.raises(ImproperlyConfigured, match=r"'prod'.*contradicts"):
+        modes.mode(dot_env, environ=development)
+    # Control: the last line agrees (an earlier production line was replaced by a later development one).
+    dot_env.write_text("DJANGO_ENV=production\nDJANGO_ENV=development\n")
+    assert modes.mode(dot_env, environ=development) == "development"
+    # Production never reads .env: whatever it says, it is not asked.
+    dot_env.write_text("DJANGO_ENV=development\n")
+    assert modes.mode(dot_env, environ={"DJANGO_ENV": "production"}) == "production"
+
+
+def test_a_process_without_django_env_is_production_and_says_how_to_ask_for_development() -> None:
+    """The repository's own .env (make run's demo values) is there; nothing in the environment asks for
+    development: the settings refuse as production, naming the way to development."""
+    env = production_env(DJANGO_ENV="", DJANGO_SECRET_KEY="")
+    result = python(PRINT_MODE, env)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is not set" in result.stderr, result.stderr
+    assert "export DJANGO_ENV=development" in result.stderr, result.stderr
+    # Control: asked for by the environment, the same start is development (with .env's values, or these).
+    asked = python(PRINT_MODE, {**env, "DJANGO_ENV": "development", "DJANGO_SECRET_KEY": demo.TEST_SECRET_KEY})
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.strip() == "False"
+
+
+MAKE_PRINT_MODE = ["make", "-s", "--no-print-directory", "--eval", 'print-mode: ; @echo "mode=$$DJANGO_ENV"']
+
+
+def make_mode(*args: str, **env_mode: str) -> str:
+    env = {k: v for k, v in production_env().items() if k != "DJANGO_ENV"} | env_mode
+    result = subprocess.run(  # noqa: S603
+        [*MAKE_PRINT_MODE, *args, "print-mode"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_the_makefile_asks_for_development_only_when_no_mode_is_given() -> None:
+    # The hole: `export DJANGO_ENV := development` overrode the environment's production.
+    assert make_mode(DJANGO_ENV="production") == "mode=production"
+    assert make_mode("DJANGO_ENV=production") == "mode=production"
+    assert make_mode(DJANGO_ENV="prod") == "mode=prod"  # passed on as given: the settings refuse it
+    # Control: nothing said, the development targets ask for development.
+    assert make_mode() == "mode=development"
 
 
 def test_the_production_image_sets_production_and_runs_unprivileged() -> None:
@@ -91,6 +145,8 @@ WEAK = {
     "the test suite's metrics token": ({"METRICS_TOKEN": "scrape-token-for-tests"}, "skincare.E011"),
     "short metrics token": ({"METRICS_TOKEN": "tok"}, "skincare.E011"),
     "low-entropy metrics token": ({"METRICS_TOKEN": "a" * 64}, "skincare.E011"),
+    "trusted proxies wider than a private network": ({"TRUSTED_PROXIES": "10.0.3.0/24,0.0.0.0/0"}, "skincare.E013"),
+    "trusted IPv6 proxies wider than a private network": ({"TRUSTED_PROXIES": "::/0"}, "skincare.E013"),
 }
 
 
@@ -99,7 +155,7 @@ WEAK = {
 def test_production_refuses_weak_secrets_and_failed_deployment_checks(weak: str) -> None:
     overrides, code = WEAK[weak]
     env = production_env(**overrides)
-    for result in (manage("audit_inventory", env=env), python("import skincare.wsgi", env)):
+    for result in (manage("audit_inventory", env=env), python("import config.wsgi", env)):
         assert result.returncode != 0, result.stdout
         assert code in result.stderr, result.stderr
 
@@ -117,8 +173,26 @@ def test_a_published_secret_with_surrounding_whitespace_is_still_refused(variabl
     assert code in result.stderr, result.stderr
 
 
+PADDED_SHORT = {"skincare.E011": "METRICS_TOKEN", "payments.E005": "PAYMENT_WEBHOOK_SECRET"}  # code: setting
+
+
+@pytest.mark.parametrize("code", PADDED_SHORT)
+@pytest.mark.django_db
+def test_a_short_secret_padded_with_whitespace_is_still_short(settings, code: str) -> None:  # type: ignore[no-untyped-def]
+    """The length is the stripped value's: a 20-character secret padded to 40 is still 20 characters."""
+    short = string.ascii_letters[:20]
+    assert checks.weak_secret(f"{' ' * 10}{short}{' ' * 10}") == "20 characters (at least 32 are required)"
+    settings.PRODUCTION, settings.METRICS_TOKEN = True, ""
+    settings.PAYMENT_WEBHOOK_SECRET, settings.PAYMENT_SANDBOX = string.ascii_letters[:40], False
+    setattr(settings, PADDED_SHORT[code], f"{' ' * 10}{short}{' ' * 10}")
+    assert code in "\n".join(checks.production_refusals())
+    # Control: 32 characters of the same alphabet, padded alike, are long enough.
+    setattr(settings, PADDED_SHORT[code], f"  {string.ascii_letters[:32]}  ")
+    assert code not in "\n".join(checks.production_refusals())
+
+
 def django_admin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {**env, "DJANGO_SETTINGS_MODULE": "skincare.settings", "PYTHONPATH": str(ROOT)}
+    env = {**env, "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONPATH": str(ROOT)}
     return subprocess.run(  # noqa: S603 - the venv's django-admin
         [str(Path(sys.executable).parent / "django-admin"), *args],
         cwd=ROOT,
@@ -148,7 +222,7 @@ DEAD_DATABASE = "postgres://nobody@127.0.0.1:9/nowhere?connect_timeout=2"
 
 BOOT_WHILE_DOWN = """
 import json
-import skincare.wsgi  # boots: the check could not run, so nothing is served until it has
+import config.wsgi  # boots: the check could not run, so nothing is served until it has
 from django.test import Client
 c = Client(HTTP_HOST="shop.example", HTTP_X_FORWARDED_PROTO="https")
 out = {}

@@ -1,4 +1,4 @@
-"""The waiting room's proofs (issue 25, item 8), on committed data with real threads released by a barrier; each
+"""The waiting room's proofs, on committed data with real threads released by a barrier; each
 protection has a control that shows the naive version fails. The clock is moved through the database (a sale
 window set in the past, a queue's credit clock moved back), never by sleeping.
 
@@ -349,7 +349,7 @@ def test_control_a_quota_fixed_at_the_opening_never_admits_the_next(make_product
     # available now.
     monkeypatch.setattr(
         services,
-        "ROOM_SQL",
+        "ADMISSION_CAP_SQL",
         "SELECT 3, (SELECT count(*) FROM queue_passes WHERE product_id = %(product_id)s AND admitted_at IS NOT NULL)",
     )
     _product, admitted = returned_unit_scenario(make_product, "quota")

@@ -16,7 +16,7 @@ from inventory import catalogue
 from inventory.models import Product
 from skincare import services as skincare_services
 from skincare.demo import DEMO_CUSTOMER, DEMO_CUSTOMER_TOKEN, DEMO_OPS_PASSWORD, DEMO_OPS_USER
-from skincare.models import ApiToken
+from skincare.models import ApiToken, api_token_digest
 from skincare.selectors import api_token_user
 
 DEMO_PRODUCTS = [
@@ -55,7 +55,7 @@ class Command(BaseCommand):
         customer, _ = User.objects.get_or_create(username=DEMO_CUSTOMER)
         if api_token_user(token=DEMO_CUSTOMER_TOKEN) != customer:
             # The demo token is stored as a digest like every token; a revoked, expired or foreign row is replaced.
-            ApiToken.objects.filter(digest=skincare_services.api_token_digest(DEMO_CUSTOMER_TOKEN)).delete()
+            ApiToken.objects.filter(digest=api_token_digest(DEMO_CUSTOMER_TOKEN)).delete()
             skincare_services.api_token_issue(user=customer, token=DEMO_CUSTOMER_TOKEN)
         ops, ops_created = User.objects.get_or_create(username=DEMO_OPS_USER, defaults={"is_staff": True})
         if ops_created:

@@ -1,0 +1,84 @@
+"""``python -m bench <name>``: the project's measurements (docs/benchmarks.md).
+
+    python -m bench table      # make bench: every cell below, the one results table written into docs/benchmarks.md
+    python -m bench http       # the HTTP cells only (wrk through gunicorn), printed
+    python -m bench pgbench    # the pgbench cells only (the seed's transaction, the service's statements), printed
+    python -m bench cpu        # Python CPU per request, in-process; --against GIT_REF for an A/B (bench.cpu)
+    python -m bench loadtest   # make loadtest: the Locust swarm checks (bench.loadtest)
+
+``table``, ``http`` and ``pgbench`` seed a fresh benchmark database (skincare_bench) and take ``--rounds``,
+``--duration`` (seconds per cell) and ``--connections`` (wrk connections and pgbench clients).
+"""
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from bench import cells, cpu, loadtest, table
+from bench.seeding import seed
+from bench.tools import ensure_tools
+from devtools.processes import PY, RESULTS, ROOT, django_env, log, server_url
+
+COMMANDS = ("table", "http", "pgbench", "cpu", "loadtest")
+
+
+def service_statements(url: str) -> dict:
+    """bench.scripts' reading of what the service sends, in a Django process on the benchmark database."""
+    import subprocess
+
+    proc = subprocess.run([PY, "-m", "bench.scripts"], cwd=ROOT, env=django_env(url), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"python -m bench.scripts failed:\n{proc.stdout}{proc.stderr}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def measure(command: str, argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m bench {command}")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every cell, alternating the order (3)")
+    parser.add_argument("--duration", type=int, default=5, help="seconds per cell (5)")
+    parser.add_argument("--connections", type=int, default=16, help="wrk connections and pgbench clients (16)")
+    parser.add_argument("--no-docs", action="store_true", help="table: print it, leave docs/benchmarks.md alone")
+    args = parser.parse_args(argv)
+    ensure_tools()
+    started = time.monotonic()
+    url = server_url("skincare_bench")
+    tokens_file, customer_id = seed(url)
+    ctx = cells.Context(url, tokens_file, customer_id, service_statements(url), args.duration, args.connections)
+    wanted = [c for c in cells.CELLS if command == "table" or (command == "http") == bool(c.server)]
+    log(f"{len(wanted)} cells x {args.rounds} rounds, {args.duration} s each, {args.connections} connections")
+    results = cells.run_rounds(ctx, wanted, args.rounds)
+    rows = table.summarise(results, {c.row: c.baseline for c in wanted})
+    if command == "table":
+        log("in-process Python CPU per request (bench.cpu)")
+        rows += cpu.rows(cpu.run_worker(ROOT, url, rounds=7, requests=300, warmup=50))
+    (RESULTS / f"bench-{command}.json").write_text(json.dumps({"cells": results, "rows": rows}, indent=2))
+    run = (
+        f"`python -m bench {command}` ({round((time.monotonic() - started) / 60)} minutes): {args.rounds} rounds of every cell, "
+        f"{args.duration} s per cell, {args.connections} wrk connections / pgbench clients, gunicorn with "
+        f"{cells.WORKERS} sync workers; medians over the rounds."
+    )
+    block = table.markdown(rows, table.header(table.machine(), table.server_settings(url), run))
+    print("\n" + block)
+    if command == "table" and not args.no_docs:
+        table.write_block(block)
+        log(f"wrote the results table of {table.DOCS.relative_to(ROOT)}")
+    return 1 if any(row["errors"] or not row["audit_clean"] for row in rows) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "cpu":
+        return cpu.main(rest)
+    if command == "loadtest":
+        return int(loadtest.main(rest) or 0)
+    return measure(command, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

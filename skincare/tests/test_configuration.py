@@ -1,0 +1,89 @@
+"""docs/configuration.md lists exactly the variables the project reads, the operator's group stays small, and a value
+a setting does not take refuses to start (fail closed)."""
+
+import re
+import runpy
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config import modes
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "configuration.md"
+READERS = (ROOT / "config" / "settings.py", ROOT / "config" / "gunicorn.conf.py")
+# The first argument of every call that reads a variable: _int("X", ...), _bool(...), _choice(...), env("X"),
+# env.list("X"), os.environ.get("X"), with the name on the next line too.
+READ = re.compile(r"\b(?:_int|_bool|_choice|env|env\.list|environ\.get)\(\s*[\"']([A-Z][A-Z0-9_]+)[\"']")
+ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]+)` \|", re.M)
+MAIN_GROUP_MAX_ROWS = 30
+
+
+def variables_read(sources: list[str]) -> set[str]:
+    return {name for source in sources for name in READ.findall(source)}
+
+
+def documented(doc: str) -> dict[str, list[str]]:
+    """Section (``## ``) -> the variables of its table rows."""
+    sections: dict[str, list[str]] = {}
+    for part in re.split(r"^## ", doc, flags=re.M)[1:]:
+        title, _, body = part.partition("\n")
+        sections[title.strip()] = ROW.findall(body)
+    return sections
+
+
+def test_the_doc_lists_exactly_the_variables_the_project_reads():
+    read = variables_read([path.read_text() for path in READERS]) | {modes.VARIABLE}
+    rows = [name for names in documented(DOC.read_text()).values() for name in names]
+    assert sorted(set(rows)) == sorted(rows), "a variable documented twice"
+    assert set(rows) == read, f"undocumented: {sorted(read - set(rows))}; not read: {sorted(set(rows) - read)}"
+
+
+def test_the_operators_group_has_at_most_thirty_rows():
+    sections = documented(DOC.read_text())
+    assert len(sections["What an operator sets"]) <= MAIN_GROUP_MAX_ROWS
+
+
+def test_control_the_reader_and_the_rows_are_found():
+    source = 'X = _int(\n    "ONE_NAME", 3)\nY = env("TWO")\nZ = os.environ.get("THREE", "")\nW = env.list("FOUR")\n'
+    assert variables_read([source]) == {"ONE_NAME", "TWO", "THREE", "FOUR"}
+    doc = "## A\n\n| variable |\n|---|\n| `ONE` | 1 |\n| `TWO` | 2 |\n## B\n| `THREE` | 3 |\n"
+    assert documented(doc) == {"A": ["ONE", "TWO"], "B": ["THREE"]}
+
+
+def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(READERS[0]))
+
+
+def test_the_settings_load_as_configured(monkeypatch: pytest.MonkeyPatch):
+    values = _settings(monkeypatch, ACCESS_LOG="False", RESERVATION_TTL_SECONDS=" 60 ", LOG_FORMAT="plain")
+    assert (values["ACCESS_LOG"], values["RESERVATION_TTL_SECONDS"], values["LOG_FORMAT"]) == (False, 60, "plain")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "complaint"),
+    [
+        ("ACCESS_LOG", "yes", "ACCESS_LOG must be true or false"),
+        ("DB_PGBOUNCER", "on", "DB_PGBOUNCER must be true or false"),
+        ("RESERVATION_TTL_SECONDS", "30m", "RESERVATION_TTL_SECONDS must be a whole number"),
+        ("QUEUE_ADMIT_PER_SECOND", "0", "QUEUE_ADMIT_PER_SECOND must be at least 1"),
+        ("MAX_PENDING_ORDERS_PER_CUSTOMER", "-1", "MAX_PENDING_ORDERS_PER_CUSTOMER must be at least 0"),
+        ("LOG_FORMAT", "jsno", "LOG_FORMAT must be one of json, plain"),
+        ("LOG_LEVEL", "info", "LOG_LEVEL must be one of DEBUG, INFO"),
+        ("SOLD_OUT_CACHE_MS", "1000", "SOLD_OUT_CACHE_MS must be 250"),
+        ("DB_POOL", "true", "no longer settings: DB_POOL"),
+        ("GUNICORN_WORKER_CLASS", "gthread", "no longer settings: GUNICORN_WORKER_CLASS"),
+    ],
+)
+def test_a_value_a_setting_does_not_take_refuses_to_start(monkeypatch, name, value, complaint):
+    with pytest.raises(ImproperlyConfigured, match=re.escape(complaint)):
+        _settings(monkeypatch, **{name: value})
+
+
+def test_control_the_same_settings_without_the_bad_value_start(monkeypatch: pytest.MonkeyPatch):
+    values = _settings(monkeypatch, ACCESS_LOG="true", LOG_FORMAT="json", SOLD_OUT_CACHE_MS="0")
+    assert values["ACCESS_LOG"] is True
+    assert values["SOLD_OUT_CACHE_MS"] == 0
