@@ -18,7 +18,7 @@ export DJANGO_ENV := development
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench bench-conn scaleout failover failover-deps haproxy-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
@@ -27,8 +27,9 @@ help:
 	@echo "make loadtest / make bench - Locust swarm checks / throughput benchmark (see docs/benchmarks.md)"
 	@echo "make loadtest-queue - the waiting room's load profile: 5,000 buyers without and with a queue (docs/queue.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
-	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
+	@echo "make scaleout - HAProxy + 2 web instances + PgBouncer + 2 sweepers under load (see docs/operations.md)"
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
+	@echo "make deploy-rehearsal - a migration, a rolling release and a reload during a flash sale: zero failed requests"
 	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -153,9 +154,27 @@ bench: demo
 mutate: db
 	$(PY) -m devtools.mutate $(MUTATIONS)
 
-# PostgreSQL → PgBouncer (transaction mode) → 2 gunicorn instances + 2 sweepers, flash sale + mixed load across both.
-scaleout: db pgbouncer-deps
+# HAProxy for `make scaleout` and `make deploy-rehearsal` (Debian's haproxy 2.6), installed here as root like
+# pgbouncer. Fails loudly when it cannot be had.
+haproxy-deps:
+	@if ! command -v haproxy >/dev/null 2>&1 && ! test -x /usr/sbin/haproxy; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing haproxy for make scaleout"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+		fi; \
+	fi
+	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
+		echo "make scaleout needs haproxy (as root: apt-get install haproxy)"; exit 1; }
+
+# HAProxy → 2 gunicorn instances → PgBouncer (transaction mode) → PostgreSQL, + 2 sweepers; flash sale + mixed load.
+scaleout: db pgbouncer-deps haproxy-deps
 	$(PY) -m devtools.scaleout
+
+# HAProxy → 2 gunicorns → PgBouncer → PostgreSQL under a flash-sale load: a migration (a nullable column and a
+# concurrent index on orders, scratch files written and removed), a rolling release (drain, stop, start, ready, back
+# in) and a gunicorn reload (SIGHUP); zero failed requests. About a minute; not part of `make test`.
+deploy-rehearsal: db pgbouncer-deps haproxy-deps
+	$(PY) -m devtools.deploy_rehearsal
 
 # Patroni + etcd for `make failover` (Debian's patroni 3.0 and etcd-server 3.4), installed here as root like pgbouncer;
 # etcd and Patroni run as the OS user `postgres` (created if missing). Fails loudly when they cannot be had.

@@ -75,12 +75,14 @@ class Finding:
 
 
 def statements(sql_chunks: list[str]) -> list[str]:
-    """The single statements in Django's collected SQL (a chunk may hold several; function bodies are blanked)."""
+    """The single statements in Django's collected SQL or ``sqlmigrate``'s output (a chunk may hold several;
+    comments, BEGIN/COMMIT and function bodies are left out)."""
     found: list[str] = []
     for chunk in sql_chunks:
-        for statement in _DOLLAR_QUOTED.sub("$$ $$", chunk).split(";"):
+        code = "\n".join(line for line in chunk.splitlines() if not line.lstrip().startswith("--"))
+        for statement in _DOLLAR_QUOTED.sub("$$ $$", code).split(";"):
             text = " ".join(statement.split())
-            if text and not text.startswith("--"):
+            if text and text.upper() not in ("BEGIN", "COMMIT"):
                 found.append(text)
     return found
 
