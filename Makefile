@@ -30,6 +30,7 @@ help:
 	@echo "make scaleout - HAProxy + 2 web instances + PgBouncer + 2 sweepers under load (see docs/operations.md)"
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
 	@echo "make deploy-rehearsal - a migration, a rolling release and a reload during a flash sale: zero failed requests"
+	@echo "make restore-rehearsal - WAL archive + backup (pgBackRest), a mistake during a sale, a restore to 1 s before it"
 	@echo "make bench-conn - persistent connections vs psycopg pool, with and without PgBouncer"
 
 $(STAMP): requirements.txt requirements-dev.txt
@@ -175,6 +176,24 @@ scaleout: db pgbouncer-deps haproxy-deps
 # in) and a gunicorn reload (SIGHUP); zero failed requests. About a minute; not part of `make test`.
 deploy-rehearsal: db pgbouncer-deps haproxy-deps
 	$(PY) -m devtools.deploy_rehearsal
+
+# pgBackRest + PostgreSQL 15 for `make restore-rehearsal` (Debian's pgbackrest 2.45 supports PostgreSQL up to 15, not
+# the embedded 18), installed here as root like pgbouncer; PostgreSQL runs as the OS user `postgres` (created if missing).
+pgbackrest-deps:
+	@if ! command -v pgbackrest >/dev/null 2>&1 || ! test -x /usr/lib/postgresql/15/bin/postgres; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing pgbackrest + postgresql-15 for make restore-rehearsal"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbackrest postgresql-15 >/dev/null; \
+		fi; \
+	fi
+	@command -v pgbackrest >/dev/null 2>&1 && test -x /usr/lib/postgresql/15/bin/postgres || { \
+		echo "make restore-rehearsal needs pgbackrest and postgresql-15 (as root: apt-get install pgbackrest postgresql-15)"; exit 1; }
+	@if [ "$$(id -u)" = "0" ] && ! id postgres >/dev/null 2>&1; then useradd --system --no-create-home --shell /usr/sbin/nologin postgres; fi
+
+# PostgreSQL 15 with WAL archived by pgBackRest, a full backup, a sale, an operator's mistake at T (TRUNCATE orders
+# CASCADE), a copy restored to T - 1 s and proven (devtools/restore_rehearsal.py). About 2 minutes; not in `make test`.
+restore-rehearsal: setup pgbackrest-deps
+	$(PY) -m devtools.restore_rehearsal
 
 # Patroni + etcd for `make failover` (Debian's patroni 3.0 and etcd-server 3.4), installed here as root like pgbouncer;
 # etcd and Patroni run as the OS user `postgres` (created if missing). Fails loudly when they cannot be had.

@@ -15,6 +15,7 @@ from devtools.deploy_rehearsal import SCRATCH, orders_leaf, scratch_migrations
 from devtools.failover_proof import Call, Snapshot
 from devtools.migration_guard import check_statements, migration_sql
 from devtools.restore_proof import after_problems, split_at
+from devtools.restore_rehearsal import unarchived_bytes
 
 
 def render_haproxy(tmp_path: Path) -> str:
@@ -134,3 +135,15 @@ def test_the_restore_proof_passes_a_copy_without_anything_from_after_the_target(
 def test_control_the_restore_proof_reports_what_came_after_the_target(copy):
     after = [checkout(3, "c", started=7, ended=8), Call("webhook", 200, {}, 7, 8, order_id=1, event_id="evt-c")]
     assert after_problems(after, copy)
+
+
+def test_the_archive_lag_counts_the_wal_after_the_last_archived_segment():
+    segment = 16 * 1024 * 1024
+    # segment 3 of log 0 archived: it ends at 4 * 16 MiB; the server is 100 bytes further
+    assert unarchived_bytes("000000010000000000000003", f"0/{4 * segment + 100:X}") == 100
+    assert unarchived_bytes("000000010000000000000003", f"0/{4 * segment - 5:X}") == 0  # still in the archived one
+    assert unarchived_bytes("000000010000000100000000", f"1/{segment + 7:X}") == 7  # across the 4 GiB boundary
+    # a backup label names the segment the backup started in, not one that was archived
+    assert unarchived_bytes("000000010000000000000003.00000028.backup", f"0/{3 * segment + 10:X}") == 10
+    assert unarchived_bytes("00000002.history", "0/3000000") is None
+    assert unarchived_bytes(None, "0/3000000") == 0x3000000  # nothing archived yet: everything is at risk
