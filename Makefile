@@ -191,9 +191,12 @@ pgbackrest-deps:
 	@if [ "$$(id -u)" = "0" ] && ! id postgres >/dev/null 2>&1; then useradd --system --no-create-home --shell /usr/sbin/nologin postgres; fi
 
 # PostgreSQL 15 with WAL archived by pgBackRest, a full backup, a sale, an operator's mistake at T (TRUNCATE orders
-# CASCADE), a copy restored to T - 1 s and proven (devtools/restore_rehearsal.py). About 2 minutes; not in `make test`.
-restore-rehearsal: setup pgbackrest-deps
+# CASCADE), a copy restored to T - 1 s and proven (devtools/restore_rehearsal.py); then the same on the Patroni
+# cluster with the leader's host lost before the mistake (devtools/restore_patroni.py). About 4 minutes; not in
+# `make test`.
+restore-rehearsal: setup pgbackrest-deps failover-deps
 	$(PY) -m devtools.restore_rehearsal
+	$(PY) -m devtools.restore_patroni
 
 # Patroni + etcd for `make failover` (Debian's patroni 3.0 and etcd-server 3.4), installed here as root like pgbouncer;
 # etcd and Patroni run as the OS user `postgres` (created if missing). Fails loudly when they cannot be had.

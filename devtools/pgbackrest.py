@@ -38,34 +38,53 @@ def server_settings(*, port: int, socket_dir: Path, config: Path, archive: bool)
         "wal_level": "replica",
         "archive_mode": "on" if archive else "off",
         "archive_timeout": f"{ARCHIVE_TIMEOUT_SECONDS}s",
+        # a copy restored from a Patroni node would otherwise wait at every commit for the cluster's standby
+        "synchronous_standby_names": "''",
     }
     if archive:
-        settings["archive_command"] = f"'pgbackrest --config={config} --stanza={STANZA} archive-push %p'"
+        settings["archive_command"] = f"'{archive_command(config)}'"
     return settings
 
 
-def render_config(*, repo: Path, logs: Path, pgdata: Path, port: int, socket_dir: Path) -> str:
-    """pgbackrest.conf: one repository on local disk, one stanza for the server in ``pgdata``."""
-    return "\n".join(
-        [
-            "[global]",
-            f"repo1-path={repo}",
-            "repo1-retention-full=2",
-            f"log-path={logs}",
-            f"lock-path={logs}",
-            "log-level-console=warn",
-            "log-level-file=info",
-            "start-fast=y",
-            "compress-type=lz4",
-            "",
-            f"[{STANZA}]",
-            f"pg1-path={pgdata}",
-            f"pg1-port={port}",
-            f"pg1-socket-path={socket_dir}",
-            "pg1-user=postgres",
-            "",
+def render_config(*, repo: Path, logs: Path, hosts: list[tuple[Path, int, Path]]) -> str:
+    """pgbackrest.conf: one repository on local disk, one stanza for the servers ``hosts`` ((data directory, port,
+    socket directory) each: one server, or the nodes of a Patroni cluster; pgBackRest backs up the primary)."""
+    lines = [
+        "[global]",
+        f"repo1-path={repo}",
+        "repo1-retention-full=2",
+        f"log-path={logs}",
+        f"lock-path={logs}",
+        "log-level-console=warn",
+        "log-level-file=info",
+        "start-fast=y",
+        "compress-type=lz4",
+        "",
+        f"[{STANZA}]",
+    ]
+    for n, (pgdata, port, socket_dir) in enumerate(hosts, start=1):
+        lines += [
+            f"pg{n}-path={pgdata}",
+            f"pg{n}-port={port}",
+            f"pg{n}-socket-path={socket_dir}",
+            f"pg{n}-user=postgres",
         ]
-    )
+    return "\n".join([*lines, ""])
+
+
+def archive_command(config: Path, *, pgdata: str = "") -> str:
+    """The ``archive_command`` pushing a server's WAL into the stanza (``pgdata``: that server's data directory, for a
+    configuration that names several)."""
+    where = f" --pg1-path={pgdata}" if pgdata else ""
+    return f"pgbackrest --config={config} --stanza={STANZA}{where} archive-push %p"
+
+
+def give_to_postgres(path: Path) -> None:
+    """``path`` and everything under it owned by the OS user ``postgres`` (when run as root)."""
+    if os.geteuid() == 0:
+        user = pwd.getpwnam(OS_USER)
+        for entry in [path, *path.rglob("*")]:
+            os.chown(entry, user.pw_uid, user.pw_gid)
 
 
 def as_postgres(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -104,10 +123,7 @@ class Server:
 
     def prepare_dirs(self) -> None:
         self.socket_dir.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
-            user = pwd.getpwnam(OS_USER)
-            for path in [self.base, *self.base.rglob("*")]:
-                os.chown(path, user.pw_uid, user.pw_gid)
+        give_to_postgres(self.base)
 
     def initdb(self, settings: dict[str, str]) -> None:
         self.prepare_dirs()
@@ -137,10 +153,15 @@ class Server:
 
 @dataclass
 class Repository:
-    """pgBackRest's repository and configuration for one server (``base/repo``, ``base/pgbackrest.conf``)."""
+    """pgBackRest's repository and configuration (``base/repo``, ``base/pgbackrest.conf``) for ``hosts``: (data
+    directory, port, socket directory) of one server or of each node of a cluster."""
 
     base: Path
-    server: Server
+    hosts: list[tuple[Path, int, Path]]
+
+    @classmethod
+    def for_server(cls, base: Path, server: Server) -> Repository:
+        return cls(base, [(server.pgdata, server.port, server.socket_dir)])
 
     @property
     def config(self) -> Path:
@@ -149,15 +170,7 @@ class Repository:
     def write_config(self) -> None:
         (self.base / "repo").mkdir(parents=True, exist_ok=True)
         (self.base / "log").mkdir(parents=True, exist_ok=True)
-        self.config.write_text(
-            render_config(
-                repo=self.base / "repo",
-                logs=self.base / "log",
-                pgdata=self.server.pgdata,
-                port=self.server.port,
-                socket_dir=self.server.socket_dir,
-            )
-        )
+        self.config.write_text(render_config(repo=self.base / "repo", logs=self.base / "log", hosts=self.hosts))
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return as_postgres("pgbackrest", f"--config={self.config}", f"--stanza={STANZA}", *args)

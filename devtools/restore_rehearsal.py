@@ -23,6 +23,7 @@ proof counted. Every process it started is stopped; data in ``.data/restore`` (g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -76,6 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shoppers", type=int, default=4)
     parser.add_argument("--pause", type=float, default=0.05)
     parser.add_argument("--ttl", type=int, default=6, help="RESERVATION_TTL_SECONDS (short, so carts expire)")
+    parser.add_argument("--after-failover", type=float, default=8, help="Patroni: seconds of sale on the new leader")
     return parser.parse_args(argv)
 
 
@@ -95,8 +98,9 @@ def unarchived_bytes(last_archived: str | None, current_lsn: str) -> int | None:
     return max(0, current - archived_end)
 
 
-def archive_lag(server: Server) -> tuple[float, int | None]:
-    with psycopg.connect(server.conninfo("postgres"), autocommit=True) as conn:
+def archive_lag(conninfo: str) -> tuple[float, int | None]:
+    """(seconds since the last segment was archived, WAL bytes not yet archived) of the server at ``conninfo``."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
         row = conn.execute(ARCHIVE_LAG).fetchone()
     assert row is not None
     seconds, wal, lsn = row
@@ -107,7 +111,7 @@ def set_up(r: Rehearsal) -> tuple[Repository, list[str]]:
     """The server, its stanza (archiving checked), the database with the sale, a full backup."""
     shutil.rmtree(BASE, ignore_errors=True)
     BASE.mkdir(parents=True)
-    repo = Repository(BASE / "backup", r.primary)
+    repo = Repository.for_server(BASE / "backup", r.primary)
     repo.write_config()
     r.primary.initdb(
         pgbackrest.server_settings(
@@ -115,7 +119,7 @@ def set_up(r: Rehearsal) -> tuple[Repository, list[str]]:
         )
     )
     r.primary.prepare_dirs()
-    Server(BASE).prepare_dirs()  # the repository too belongs to the OS user postgres
+    pgbackrest.give_to_postgres(BASE)  # the repository too belongs to the OS user postgres
     r.primary.start()
     repo.run("stanza-create")
     repo.run("check")  # a WAL segment pushed and found in the repository: archiving works
@@ -125,7 +129,11 @@ def set_up(r: Rehearsal) -> tuple[Repository, list[str]]:
     )
     with psycopg.connect(r.primary.conninfo("postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{DBNAME}"')
-    url = r.primary.url(DBNAME)
+    return repo, prepare_database(r, repo, r.primary.url(DBNAME))
+
+
+def prepare_database(r: Rehearsal, repo: Repository, url: str) -> list[str]:
+    """The created database migrated, with the sale's products and the shoppers' tokens; then a full backup."""
     manage(url, "migrate", "--noinput", "-v0")
     manage(url, "load_demo_data", quiet=True)
     ctl(url, "seed-spread", str(PRODUCTS[0]), str(len(PRODUCTS)), "1000000")
@@ -134,24 +142,33 @@ def set_up(r: Rehearsal) -> tuple[Repository, list[str]]:
     ctl(url, "tokens", str(r.args.shoppers), CUSTOMER_PREFIX, str(tokens_file))
     r.facts["full_backup_seconds"] = round(repo.timed("backup", "--type=full"), 1)
     log(f"full backup in {r.facts['full_backup_seconds']}s")
-    return repo, list(json.loads(tokens_file.read_text()))
+    return list(json.loads(tokens_file.read_text()))
 
 
-def stack_on(server: Server, r: Rehearsal, name: str) -> Stack:
-    env = {"RESERVATION_TTL_SECONDS": r.args.ttl, "ACCESS_LOG": "false"}
-    return Stack(server.url(DBNAME), name=name, workers=2, env=env, instances=1, sweepers=1)
+def stack_on(url: str, r: Rehearsal, name: str) -> Stack:
+    env = {"RESERVATION_TTL_SECONDS": r.args.ttl, "ACCESS_LOG": "false", "DB_LOCK_TIMEOUT_MS": 2000}
+    return Stack(url, name=name, workers=2, env=env, instances=1, sweepers=1)
 
 
-def sale_and_mistake(r: Rehearsal, tokens: list[str]) -> tuple[ShopLoad, float, Any]:
-    """The sale, the archive lag sampled, the mistake; returns the load, T (monotonic) and T (the server's clock)."""
-    stack = stack_on(r.primary, r, "restore-primary").start_instances().start_sweepers()
+def sale_and_mistake(
+    r: Rehearsal,
+    tokens: list[str],
+    *,
+    url: str,
+    primary: Callable[[str], str],
+    midway: Callable[[], None] = lambda: None,
+) -> tuple[ShopLoad, float, Any]:
+    """The sale on ``url``, the archive lag sampled, ``midway()`` after --before seconds, the mistake on the primary
+    (``primary(dbname)``: its conninfo at that moment); returns the load, T (monotonic) and T (the server's clock)."""
+    stack = stack_on(url, r, "restore-primary").start_instances().start_sweepers()
     customers = [f"{CUSTOMER_PREFIX}-{i:05d}" for i in range(len(tokens))]
     load = ShopLoad(stack.bases[0], tokens, customers, FLASH_PRODUCT, PRODUCTS, "rp", pause=r.args.pause)
     sampling = threading.Event()
 
     def sample() -> None:
         while not sampling.wait(0.5):
-            r.lags.append(archive_lag(r.primary))
+            with contextlib.suppress(psycopg.OperationalError):  # the primary's host lost (--patroni)
+                r.lags.append(archive_lag(primary("postgres")))
 
     sampler = threading.Thread(target=sample, daemon=True)
     try:
@@ -159,8 +176,9 @@ def sale_and_mistake(r: Rehearsal, tokens: list[str]) -> tuple[ShopLoad, float, 
         load.start(r.args.shoppers)
         sampler.start()
         time.sleep(r.args.before)  # pacing: the sale runs before the mistake
-        r.facts["archive_lag_at_T"] = archive_lag(r.primary)
-        with psycopg.connect(r.primary.conninfo(DBNAME)) as conn:
+        midway()
+        r.facts["archive_lag_at_T"] = archive_lag(primary("postgres"))
+        with psycopg.connect(primary(DBNAME)) as conn:
             before = time.monotonic()
             row = conn.execute("SELECT clock_timestamp()").fetchone()
             t_mono = (before + time.monotonic()) / 2
@@ -173,9 +191,9 @@ def sale_and_mistake(r: Rehearsal, tokens: list[str]) -> tuple[ShopLoad, float, 
         sampling.set()
         sampler.join()
         started = time.monotonic()
-        with psycopg.connect(r.primary.conninfo("postgres"), autocommit=True) as conn:
+        with psycopg.connect(primary("postgres"), autocommit=True) as conn:
             conn.execute("SELECT pg_switch_wal()")
-        if not wait_until(lambda: archive_lag(r.primary)[1] == 0, 60):
+        if not wait_until(lambda: archive_lag(primary("postgres"))[1] == 0, 60):
             r.failures.append("the last WAL segment was not archived within 60s")
         r.facts["archive_flush_seconds"] = round(time.monotonic() - started, 2)
     finally:
@@ -185,10 +203,9 @@ def sale_and_mistake(r: Rehearsal, tokens: list[str]) -> tuple[ShopLoad, float, 
     return load, t_mono, t_db
 
 
-def restore(r: Rehearsal, repo: Repository, t_db: Any) -> None:
+def restore(r: Rehearsal, repo: Repository, t_db: Any, *options: str) -> None:
     target = t_db - timedelta(seconds=r.args.offset)
     r.facts["restore_target"] = target.isoformat()
-    r.primary.stop()  # the damaged server is left alone (here: stopped, to spare the two cores)
     started = time.monotonic()
     r.copy.prepare_dirs()
     repo.run(
@@ -197,6 +214,7 @@ def restore(r: Rehearsal, repo: Repository, t_db: Any) -> None:
         "--type=time",
         f"--target={target.isoformat(sep=' ')}",
         "--target-action=promote",
+        *options,
     )
     r.copy.configure(
         pgbackrest.server_settings(port=r.copy.port, socket_dir=r.copy.socket_dir, config=repo.config, archive=False)
@@ -226,7 +244,7 @@ def prove(r: Rehearsal, load: ShopLoad, t_mono: float, tokens: list[str]) -> Non
     conninfo = r.copy.conninfo(DBNAME)
     first = read_snapshot(conninfo, customer_prefix=CUSTOMER_PREFIX, event_prefix="evt-rp-")
     r.failures += after_problems(split.after, first)
-    stack = stack_on(r.copy, r, "restore-copy").start_instances().start_sweepers()
+    stack = stack_on(r.copy.url(DBNAME), r, "restore-copy").start_instances().start_sweepers()
     customers = [f"{CUSTOMER_PREFIX}-{i:05d}" for i in range(len(tokens))]
     resumed = ShopLoad(stack.bases[0], tokens, customers, FLASH_PRODUCT, PRODUCTS, "rc", pause=r.args.pause)
     try:
@@ -267,7 +285,7 @@ def overdue(conninfo: str) -> int:
     return int(row[0]) if row else -1
 
 
-def report(r: Rehearsal) -> int:
+def report(r: Rehearsal, name: str = "make restore-rehearsal") -> int:
     seconds, unarchived = r.facts.pop("archive_lag_at_T", (0.0, 0))
     r.facts["recovery_point_at_T"] = (
         f"{seconds:.1f}s since the last archived segment, {unarchived} WAL bytes not yet archived "
@@ -279,16 +297,16 @@ def report(r: Rehearsal) -> int:
         f"{worst_seconds:.1f}s, {worst_bytes} bytes ({len(r.lags)} samples every 0.5 s; "
         f"bound: archive_timeout {pgbackrest.ARCHIVE_TIMEOUT_SECONDS}s + one archive-push)"
     )
-    print("\n=== make restore-rehearsal ===")
+    print(f"\n=== {name} ===")
     for key, value in r.facts.items():
         print(f"{key}: {value}")
-    (RESULTS / "restore-rehearsal.json").write_text(
+    (RESULTS / f"{name.replace('make ', '').replace(' ', '-')}.json").write_text(
         json.dumps({"facts": r.facts, "failures": r.failures}, indent=2, default=str)
     )
     if r.failures:
-        print("make restore-rehearsal: FAILED\n  " + "\n  ".join(r.failures[:30]))
+        print(f"{name}: FAILED\n  " + "\n  ".join(r.failures[:30]))
         return 1
-    print("make restore-rehearsal: passed (everything answered before the target is on the copy, nothing after it)")
+    print(f"{name}: passed (everything answered before the target is on the copy, nothing after it)")
     return 0
 
 
@@ -299,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     try:
         repo, tokens = set_up(r)
-        load, t_mono, t_db = sale_and_mistake(r, tokens)
+        load, t_mono, t_db = sale_and_mistake(r, tokens, url=r.primary.url(DBNAME), primary=r.primary.conninfo)
+        r.primary.stop()  # the damaged server is left alone (here: stopped, to spare the two cores)
         restore(r, repo, t_db)
         prove(r, load, t_mono, tokens)
     finally:

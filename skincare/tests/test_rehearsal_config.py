@@ -67,11 +67,24 @@ def test_pgbackrest_archives_every_segment_within_the_archive_timeout(tmp_path):
     assert settings["archive_timeout"] == f"{pgbackrest.ARCHIVE_TIMEOUT_SECONDS}s"
     copy = pgbackrest.server_settings(port=5556, socket_dir=tmp_path, config=tmp_path / "p.conf", archive=False)
     assert copy["archive_mode"] == "off" and "archive_command" not in copy  # a restored copy never pushes WAL
+    assert copy["synchronous_standby_names"] == "''"  # nor waits for a standby of the cluster it came from
     conf = pgbackrest.render_config(
-        repo=tmp_path / "repo", logs=tmp_path / "log", pgdata=tmp_path / "pg", port=5555, socket_dir=tmp_path
+        repo=tmp_path / "repo", logs=tmp_path / "log", hosts=[(tmp_path / "pg", 5555, tmp_path)]
     )
     assert "[shop]" in conf and f"pg1-path={tmp_path / 'pg'}" in conf and "pg1-port=5555" in conf
     assert f"repo1-path={tmp_path / 'repo'}" in conf
+
+
+def test_pgbackrest_names_every_node_of_a_cluster_and_each_node_pushes_its_own_wal(tmp_path):
+    nodes = [(tmp_path / "n0", 5001, tmp_path / "s0"), (tmp_path / "n1", 5002, tmp_path / "s1")]
+    conf = pgbackrest.render_config(repo=tmp_path / "repo", logs=tmp_path / "log", hosts=nodes)
+    assert (
+        f"pg1-path={tmp_path / 'n0'}" in conf
+        and "pg2-port=5002" in conf
+        and f"pg2-socket-path={tmp_path / 's1'}" in conf
+    )
+    command = pgbackrest.archive_command(tmp_path / "p.conf", pgdata="/data/node1")
+    assert command == f"pgbackrest --config={tmp_path / 'p.conf'} --stanza=shop --pg1-path=/data/node1 archive-push %p"
 
 
 @pytest.mark.django_db(transaction=True)  # the concurrent index build refuses to run inside a test transaction
