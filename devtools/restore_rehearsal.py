@@ -83,19 +83,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def unarchived_bytes(last_archived: str | None, current_lsn: str) -> int | None:
-    """WAL bytes written after the end of the last archived segment (all of it when nothing was archived yet). A
-    backup label (``<segment>.<offset>.backup``) counts up to its segment's start; a timeline history file tells
-    nothing (None)."""
+    """WAL bytes written after the end of the last archived segment (all of it when nothing was archived yet); None
+    when the last file archived was a backup label or a timeline history file (they do not say which segment was)."""
     high, low = (int(part, 16) for part in current_lsn.split("/"))
     current = (high << 32) + low
     if not last_archived:
         return current
-    name, _, suffix = last_archived.partition(".")
-    if len(name) != 24 or suffix.endswith("history"):
+    if len(last_archived) != 24:
         return None
-    log_id, seg = int(name[8:16], 16), int(name[16:24], 16)
-    archived_end = (log_id << 32) + (seg + (0 if suffix.endswith("backup") else 1)) * SEGMENT_BYTES
-    return max(0, current - archived_end)
+    log_id, seg = int(last_archived[8:16], 16), int(last_archived[16:24], 16)
+    return max(0, current - ((log_id << 32) + (seg + 1) * SEGMENT_BYTES))
 
 
 def archive_lag(conninfo: str) -> tuple[float, int | None]:

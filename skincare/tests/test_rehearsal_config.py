@@ -156,7 +156,7 @@ def test_the_archive_lag_counts_the_wal_after_the_last_archived_segment():
     assert unarchived_bytes("000000010000000000000003", f"0/{4 * segment + 100:X}") == 100
     assert unarchived_bytes("000000010000000000000003", f"0/{4 * segment - 5:X}") == 0  # still in the archived one
     assert unarchived_bytes("000000010000000100000000", f"1/{segment + 7:X}") == 7  # across the 4 GiB boundary
-    # a backup label names the segment the backup started in, not one that was archived
-    assert unarchived_bytes("000000010000000000000003.00000028.backup", f"0/{3 * segment + 10:X}") == 10
+    # a backup label names the segment the backup started in, not the last one archived: no figure from it
+    assert unarchived_bytes("000000010000000000000003.00000028.backup", f"0/{3 * segment + 10:X}") is None
     assert unarchived_bytes("00000002.history", "0/3000000") is None
     assert unarchived_bytes(None, "0/3000000") == 0x3000000  # nothing archived yet: everything is at risk
