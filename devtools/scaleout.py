@@ -1,11 +1,12 @@
 """``make scaleout``: the production shape on one machine, end to end.
 
 PostgreSQL (embedded, or the server DATABASE_URL names) → one PgBouncer in transaction mode → two gunicorn instances
-on two ports (DB_PGBOUNCER=true) + two ``expire_reservations --loop`` sweepers with their own metrics ports, and a
-load run spread over both instances:
+on two ports (DB_PGBOUNCER=true) + two ``expire_reservations --loop`` sweepers with their own metrics ports, and
+HAProxy in front of the instances (:mod:`devtools.haproxy`: health checks on ``/readyz``, at most one request per
+sync worker, a bounded queue that answers 503 with Retry-After). Every request of the load goes through HAProxy:
 
-1. flash sale: FLASH_STOCK units of product 101, FLASH_BUYERS buyers released together by a barrier, alternating
-   between the instances; then every winner pays by signed webhook (sent to the *other* instance);
+1. flash sale: FLASH_STOCK units of product 101, FLASH_BUYERS buyers released together by a barrier; then every
+   winner pays by signed webhook;
 2. mixed traffic for --seconds: checkouts of products 102-108, then pay, cancel or abandon (abandoned carts expire
    after the short RESERVATION_TTL_SECONDS and are swept by the two sweepers);
 3. wait (deadline) until no order is pending, i.e. every abandoned cart was swept.
@@ -26,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from devtools.haproxy import HAProxy
 from devtools.pgbouncer import PgBouncer
 from devtools.processes import (
     RESULTS,
@@ -58,7 +60,6 @@ class Client:
         self.lock = threading.Lock()
         self.statuses: Counter[tuple[str, int]] = Counter()
         self.latencies: dict[str, list[float]] = {}
-        self.per_instance: Counter[str] = Counter()
 
     def call(
         self, kind: str, base: str, path: str, *, body: bytes | None = None, headers: dict[str, str] | None = None
@@ -69,7 +70,6 @@ class Client:
         with self.lock:
             self.statuses[(kind, status)] += 1
             self.latencies.setdefault(kind, []).append(elapsed)
-            self.per_instance[base] += 1
         try:
             return status, json.loads(payload)
         except ValueError:
@@ -107,6 +107,7 @@ class Run:
     sweeper_metrics: list[dict[str, float]] = field(default_factory=list)
     instance_metrics: list[dict[str, float]] = field(default_factory=list)
     logged: list[str] = field(default_factory=list)
+    per_server: dict[str, int] = field(default_factory=dict)  # requests HAProxy sent to each instance
     failures: list[str] = field(default_factory=list)
 
 
@@ -118,6 +119,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shoppers", type=int, default=16, help="concurrent mixed-traffic clients")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per instance")
     parser.add_argument("--ttl", type=int, default=6, help="RESERVATION_TTL_SECONDS (short, so carts expire)")
+    parser.add_argument("--queue-timeout-ms", type=int, default=5000, help="HAProxy's queue timeout (then 503)")
     return parser.parse_args(argv)
 
 
@@ -228,12 +230,23 @@ def wait_for_sweeps(run: Run) -> None:
     run.sweep_lag = time.monotonic() - traffic_stopped
 
 
-def stop(stack: Stack | None, bouncer: PgBouncer | None, run: Run) -> None:
+def start_balancer(run: Run, stack: Stack) -> HAProxy:
+    """HAProxy in front of the instances: one request per sync worker, the rest queued up to --queue-timeout-ms."""
+    servers = {f"web{n}": instance.port for n, instance in enumerate(stack.instances)}
+    lb = HAProxy(servers, maxconn=run.args.workers, queue_timeout_ms=run.args.queue_timeout_ms).start()
+    log(f"haproxy on {lb.base} (pid {lb.proc.pid if lb.proc else '?'}): {', '.join(servers)} UP, /readyz checked")
+    return lb
+
+
+def stop(stack: Stack | None, bouncer: PgBouncer | None, lb: HAProxy | None, run: Run) -> None:
+    if lb is not None:
+        run.per_server = {name: int(row["stot"]) for name, row in lb.stat().items()}
+        lb.stop()
     if stack is not None:
         run.logged = stack.stop(expected=('"status_code": 503',))
     if bouncer is not None:
         bouncer.stop()
-    log("stopped: 2 sweepers, 2 gunicorn instances, pgbouncer (each by its pid)")
+    log("stopped: haproxy, 2 sweepers, 2 gunicorn instances, pgbouncer (each by its pid)")
 
 
 @dataclass
@@ -285,7 +298,10 @@ def report(run: Run, verdict: Verdict) -> int:
 
     requests = sum(client.statuses.values())
     print("\n=== make scaleout ===")
-    print(f"stack: pgbouncer (transaction, pool 20) + 2 gunicorn x {args.workers} sync workers + 2 sweepers")
+    print(
+        f"stack: haproxy (queue timeout {args.queue_timeout_ms} ms) -> 2 gunicorn x {args.workers} sync workers "
+        "-> pgbouncer (transaction, pool 20); 2 sweepers"
+    )
     print(
         f"flash sale: {args.flash_buyers} buyers, stock {args.flash_stock}: {dict(sorted(run.flash_statuses.items()))} in {run.flash_seconds:.2f}s; paid units {verdict.paid_units}, left {verdict.available}/{verdict.reserved}"
     )
@@ -298,7 +314,7 @@ def report(run: Run, verdict: Verdict) -> int:
         print(
             f"  {kind:<9} {statuses}  p50 {pct(kind, 0.5):.0f} ms  p99 {pct(kind, 0.99):.0f} ms  mean {1000 * statistics.fmean(client.latencies[kind]):.0f} ms"
         )
-    print("per instance: " + ", ".join(f"{b}: {c} requests" for b, c in sorted(client.per_instance.items())))
+    print("per instance (haproxy): " + ", ".join(f"{name}: {n} requests" for name, n in sorted(run.per_server.items())))
     for n, m in enumerate(run.instance_metrics):
         created = m.get('skincare_checkout_requests_total{outcome="created"}', 0)
         conflicts = m.get('skincare_checkout_requests_total{outcome="stock_conflict"}', 0)
@@ -335,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Run(parse_args(argv))
     RESULTS.mkdir(exist_ok=True)
     prepare_database(run)
-    bouncer = stack = None
+    bouncer = stack = lb = None
     try:
         bouncer = start_pgbouncer(run)
         env = {"DB_PGBOUNCER": "true", "RESERVATION_TTL_SECONDS": run.args.ttl, "ACCESS_LOG": "false"}
@@ -347,13 +363,14 @@ def main(argv: list[str] | None = None) -> int:
             sweeper_env={"DB_PGBOUNCER": "true"},
         )
         start_stack(stack)
-        flash_sale(run, stack.bases)
-        mixed_traffic(run, stack.bases)
+        lb = start_balancer(run, stack)
+        flash_sale(run, [lb.base, lb.base])
+        mixed_traffic(run, [lb.base, lb.base])
         wait_for_sweeps(run)
         run.sweeper_metrics = stack.sweepers.metrics()
         run.instance_metrics = stack.instance_metrics()
     finally:
-        stop(stack, bouncer, run)
+        stop(stack, bouncer, lb, run)
     return report(run, judge(run))
 
 

@@ -1,0 +1,191 @@
+"""HAProxy in front of the gunicorn instances, for ``make scaleout`` and ``make deploy-rehearsal`` (Debian's
+``haproxy`` 2.6, installed by ``make haproxy-deps``; production runs its own with the same configuration).
+
+- health: ``GET /readyz`` every 500 ms; two failures take an instance out, one success puts it back;
+- each instance gets at most ``maxconn`` requests at a time (its sync workers); the rest wait in HAProxy's queue,
+  at most ``timeout queue``, then the buyer gets ``deploy/haproxy/503.http`` (503, ``Retry-After: 2``, the API's
+  error shape) instead of waiting on;
+- a connection an instance refuses is retried on another one (``retries``, ``option redispatch``);
+- the runtime API (a Unix socket, ``level admin``) drains an instance (``set server web/NAME state drain``: no new
+  requests, the ones in flight finish) and puts it back (``state ready``): :meth:`HAProxy.drain`, :meth:`ready`.
+
+:func:`render_config` is pure (``skincare/tests/test_rehearsal_config.py`` checks what it promises); the process
+is started on a free port on 127.0.0.1 and stopped by its pid.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from devtools.processes import ROOT, free_port
+
+ERRORFILE_503 = ROOT / "deploy" / "haproxy" / "503.http"
+BACKEND = "web"
+CHECK_INTERVAL_MS = 500
+
+
+def binary() -> str | None:
+    """The haproxy executable (Debian installs it in /usr/sbin, not always on PATH)."""
+    return shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
+
+
+def render_config(
+    *,
+    port: int,
+    servers: dict[str, int],
+    admin_socket: Path,
+    maxconn: int,
+    queue_timeout_ms: int,
+    server_timeout_ms: int = 30_000,
+    errorfile: Path = ERRORFILE_503,
+) -> str:
+    """The whole haproxy.cfg: one frontend on 127.0.0.1:``port``, one backend of ``servers`` (name → port)."""
+    lines = [
+        "global",
+        "    maxconn 4000",
+        f"    stats socket {admin_socket} mode 600 level admin",
+        "",
+        "defaults",
+        "    mode http",
+        "    option httplog",
+        "    timeout connect 2s",
+        "    timeout client 60s",
+        f"    timeout server {server_timeout_ms}ms",
+        f"    timeout queue {queue_timeout_ms}ms",
+        "    retries 3",
+        "    option redispatch 1",
+        f"    errorfile 503 {errorfile}",
+        "",
+        "frontend shop",
+        f"    bind 127.0.0.1:{port}",
+        f"    default_backend {BACKEND}",
+        "",
+        f"backend {BACKEND}",
+        "    balance leastconn",
+        "    option httpchk",
+        "    http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1",
+        "    http-check expect status 200",
+        f"    default-server inter {CHECK_INTERVAL_MS}ms fall 2 rise 1 maxconn {maxconn}",
+    ]
+    lines += [f"    server {name} 127.0.0.1:{server_port} check" for name, server_port in servers.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_stat(text: str) -> dict[str, dict[str, str]]:
+    """``show stat`` (CSV) as {server name: its row} for the backend's servers."""
+    rows = csv.DictReader(text.lstrip("# ").splitlines())
+    return {row["svname"]: row for row in rows if row["pxname"] == BACKEND and row["svname"] not in ("BACKEND",)}
+
+
+@dataclass
+class HAProxy:
+    servers: dict[str, int]
+    maxconn: int
+    queue_timeout_ms: int = 3000
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="skincare-haproxy-")))
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_socket(self) -> Path:
+        return self.workdir / "admin.sock"
+
+    def start(self, *, timeout: float = 30) -> HAProxy:
+        exe = binary()
+        if exe is None:
+            raise SystemExit("haproxy is not installed (as root: make haproxy-deps, or apt-get install haproxy)")
+        config = self.workdir / "haproxy.cfg"
+        config.write_text(
+            render_config(
+                port=self.port,
+                servers=self.servers,
+                admin_socket=self.admin_socket,
+                maxconn=self.maxconn,
+                queue_timeout_ms=self.queue_timeout_ms,
+            )
+        )
+        check = subprocess.run([exe, "-c", "-q", "-f", str(config)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise SystemExit(f"haproxy refused its configuration:\n{check.stdout}{check.stderr}")
+        log = open(self.workdir / "haproxy.log", "w")  # noqa: SIM115 - the process owns it until stop()
+        self.proc = subprocess.Popen([exe, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"haproxy exited early; see {self.workdir / 'haproxy.log'}")
+            try:
+                if all(row["status"] == "UP" for row in self.stat().values()):
+                    return self
+            except OSError:
+                pass  # the admin socket is not there yet
+            time.sleep(0.1)
+        self.stop()
+        raise SystemExit(f"haproxy did not see every instance UP within {timeout}s")
+
+    def command(self, line: str) -> str:
+        """One runtime API command; its answer."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(str(self.admin_socket))
+            s.sendall(line.encode() + b"\n")
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def stat(self) -> dict[str, dict[str, str]]:
+        return parse_stat(self.command("show stat"))
+
+    def set_state(self, name: str, state: str) -> None:
+        answer = self.command(f"set server {BACKEND}/{name} state {state}").strip()
+        if answer:
+            raise SystemExit(f"haproxy refused 'state {state}' for {name}: {answer}")
+
+    def drain(self, name: str, *, timeout: float = 30) -> float:
+        """No new requests to ``name``; returns once the ones in flight finished (seconds it took)."""
+        started = time.monotonic()
+        self.set_state(name, "drain")
+        while int(self.stat()[name]["scur"] or 0) > 0:
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"{name} still had requests in flight {timeout}s after the drain")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def ready(self, name: str, *, timeout: float = 30) -> float:
+        """``name`` back in rotation; returns once HAProxy's health check sees it UP (seconds it took)."""
+        started = time.monotonic()
+        self.set_state(name, "ready")
+        while self.stat()[name]["status"] != "UP":
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"{name} not UP {timeout}s after it was put back")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)  # soft stop: the requests in flight finish
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> HAProxy:
+        return self.start()
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,106 @@
+"""``manage.py migrate`` during a sale (skincare/management/commands/migrate.py): a schema change that cannot get its
+lock within MIGRATION_LOCK_TIMEOUT_MS gives up instead of queueing every later checkout behind it, and is tried again
+once the lock is free; with one attempt (the control) the refusal is the result. Synchronised by events and the
+database's lock waits, never by sleeping."""
+
+import threading
+
+import psycopg.errors
+import pytest
+from django.core.management import CommandError, call_command, get_commands
+from django.db import OperationalError, connection, transaction
+
+from devtools.testing import ThreadRun
+from skincare.management.commands.migrate import migration_timeouts, run_with_lock_retries
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def probe_table():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE migrate_probe (id integer)")
+    yield "migrate_probe"
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS migrate_probe")
+
+
+def add_column():
+    with migration_timeouts("default"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        in_force = cursor.fetchone()[0]
+        cursor.execute("ALTER TABLE migrate_probe ADD COLUMN note text NULL")
+        return in_force
+
+
+def hold_the_table(held, release):
+    """A checkout's transaction, still open: it holds a lock on the table the migration alters."""
+
+    def hold():
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("LOCK TABLE migrate_probe IN ROW EXCLUSIVE MODE")
+            held.set()
+            assert release.wait(timeout=60)
+
+    return ThreadRun(hold, name="checkout")
+
+
+def columns():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'migrate_probe'")
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def test_a_refused_lock_is_retried_once_the_table_is_free(probe_table, settings):
+    settings.MIGRATION_LOCK_TIMEOUT_MS = 100
+    held, release = threading.Event(), threading.Event()
+    refused = []
+
+    def retrying(attempt, error):
+        refused.append((attempt, type(error.__cause__)))
+        release.set()  # the checkout commits; the next attempt finds the table free
+
+    holder = hold_the_table(held, release)
+    try:
+        assert held.wait(timeout=60)
+        in_force = run_with_lock_retries(add_column, attempts=3, pause_seconds=0, on_retry=retrying)
+    finally:
+        release.set()
+        assert holder.join().error is None
+    assert in_force == "100ms"
+    assert refused == [(1, psycopg.errors.LockNotAvailable)]
+    assert columns() == ["id", "note"]
+
+
+def test_control_one_attempt_behind_a_held_lock_is_refused_and_changes_nothing(probe_table, settings):
+    settings.MIGRATION_LOCK_TIMEOUT_MS = 100
+    held, release = threading.Event(), threading.Event()
+    holder = hold_the_table(held, release)
+    try:
+        assert held.wait(timeout=60)
+        with pytest.raises(OperationalError) as refused:
+            run_with_lock_retries(add_column, attempts=1, pause_seconds=0, on_retry=lambda *a: None)
+    finally:
+        release.set()
+        assert holder.join().error is None
+    assert isinstance(refused.value.__cause__, psycopg.errors.LockNotAvailable)
+    assert columns() == ["id"]
+
+
+def test_the_bounds_end_with_the_migration(settings):
+    settings.MIGRATION_LOCK_TIMEOUT_MS = 100
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        request_bound = cursor.fetchone()[0]
+        with migration_timeouts("default"):
+            cursor.execute("SHOW lock_timeout")
+            assert cursor.fetchone()[0] == "100ms"
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == request_bound != "100ms"
+
+
+def test_migrate_is_the_bounded_command_and_refuses_pgbouncer(settings):
+    assert get_commands()["migrate"] == "skincare"
+    settings.PGBOUNCER = True
+    with pytest.raises(CommandError, match="directly, not through PgBouncer"):
+        call_command("migrate", "--check", verbosity=0)
