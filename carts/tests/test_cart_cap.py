@@ -1,4 +1,4 @@
-"""Open carts per customer are capped (issue 27): a customer could otherwise create carts without limit (each row
+"""Open carts per customer are capped: a customer could otherwise create carts without limit (each row
 lives CART_RETENTION_SECONDS). Over MAX_OPEN_CARTS_PER_CUSTOMER → 409 ``too_many_open_carts``, nothing written; the
 cap holds under concurrent creates (+ control: counting without the customer's lock lets every racer through)."""
 

@@ -1,5 +1,5 @@
-"""A cart's GET shows the sale price inside the sale window only (issue 27, a mutant that survived: a price
-expression testing the window loosely showed the sale price before the opening or after the end)."""
+"""A cart's GET shows the sale price inside the sale window only (a price expression testing the window loosely
+would show the sale price before the opening or after the end)."""
 
 import pytest
 
