@@ -1,7 +1,6 @@
 """Database helpers shared by every app: the transaction runner (transient-error retries, per-transaction timeouts
 behind PgBouncer, the isolation level), the atomic block whose refusals commit while nothing was written (the
-checkout's), outage detection, the database clock. Locks and their order are in
-``skincare.locks``."""
+checkout's), outage detection, the database clock. The lock order is docs/locking.md; its advisory keys are ``skincare.locks``'."""
 
 import functools
 import logging
