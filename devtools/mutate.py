@@ -485,6 +485,26 @@ MUTATIONS = [
         "",
         ("carts/tests/test_carts_api.py::test_an_expired_cart_is_410_on_get_put_and_checkout_nothing_written",),
     ),
+    Mutation(
+        "reservation-bucket-any-product",
+        "a reservation may name a bucket of another product (the trigger's product_id condition dropped)",
+        "orders/migrations/0003_reservation_bucket.py",
+        "BUCKET_EXISTS",
+        "WHERE product_id = NEW.product_id AND bucket = NEW.bucket",
+        "WHERE bucket = NEW.bucket",
+        (
+            "orders/tests/test_reservation_bucket.py::test_a_reservation_cannot_name_a_bucket_that_only_another_product_has",
+        ),
+    ),
+    Mutation(
+        "cart-cap-counts-checked-out",
+        "the open-cart cap counts checked-out carts too",
+        "carts/services.py",
+        "_OPEN_CARTS_SQL",
+        "AND status = %(open)s",
+        "AND %(open)s IS NOT NULL",
+        ("carts/tests/test_cart_cap.py::test_a_checked_out_cart_no_longer_counts_against_the_cap",),
+    ),
     # Checks that must fail closed.
     Mutation(
         "no-mode-is-development",
@@ -503,6 +523,17 @@ MUTATIONS = [
         "if currency != order.currency:",
         "if False:",
         ("payments/tests/test_webhook.py::test_another_currency_is_a_mismatch_never_a_payment",),
+    ),
+    Mutation(
+        "currency-against-the-shop",
+        "a payment event's currency is compared with the current SHOP_CURRENCY instead of the order's own",
+        "payments/services.py",
+        "_decide",
+        "if currency != order.currency:",
+        "if currency != settings.SHOP_CURRENCY:",
+        (
+            "payments/tests/test_webhook_currency.py::test_an_order_is_paid_in_its_own_currency_after_the_shop_changed_currency",
+        ),
     ),
     Mutation(
         "lockout-per-username-only",
@@ -545,6 +576,17 @@ MUTATIONS = [
         "AND ({SALE_STATE_SQL}) = '{SALE_OPEN}'",
         "AND ({SALE_STATE_SQL}) IS NOT NULL",
         ("carts/tests/test_cart_prices.py::test_a_carts_get_shows_the_sale_price_inside_the_window_only",),
+    ),
+    Mutation(
+        "cart-answer-price-window-loose",
+        "a cart's create and replace answers show the sale price whenever the product has a window, open or not",
+        "inventory/selectors.py",
+        "ProductView.unit_price",
+        "self.sale == SALE_OPEN",
+        "self.sale is not None",
+        (
+            "carts/tests/test_cart_prices.py::test_a_carts_create_and_replace_answers_show_the_sale_price_inside_the_window_only",
+        ),
     ),
     Mutation(
         "published-secret-unstripped",
