@@ -505,6 +505,33 @@ MUTATIONS = [
         "AND %(open)s IS NOT NULL",
         ("carts/tests/test_cart_cap.py::test_a_checked_out_cart_no_longer_counts_against_the_cap",),
     ),
+    Mutation(
+        "report-currency-mismatch-dropped",
+        "the sale report leaves currency mismatches out of the payments that need ops",
+        "payments/reporting.py",
+        "PAYMENTS_SQL",
+        ", '{CURRENCY_MISMATCH}'",
+        "",
+        ("backoffice/tests/test_sale_report_sums.py::test_every_payment_that_needs_ops_is_listed",),
+    ),
+    Mutation(
+        "report-currency-mismatch-uncounted",
+        "the sale report counts amount mismatches only, not currency mismatches",
+        "payments/reporting.py",
+        "payments_for_report",
+        'found["mismatches"] += count',
+        'found["mismatches"] += count if status == AMOUNT_MISMATCH else 0',
+        ("backoffice/tests/test_sale_report_sums.py::test_every_payment_that_needs_ops_is_listed",),
+    ),
+    Mutation(
+        "report-revenue-whole-order",
+        "the sale report's revenue reads the whole order's total for each line (multi-product orders counted again)",
+        "backoffice/sale_report.py",
+        "ORDERS_SQL",
+        "l.qty * l.unit_price",
+        "o.total",
+        ("backoffice/tests/test_sale_report_sums.py::test_revenue_is_the_products_own_lines_of_each_paid_order",),
+    ),
     # Checks that must fail closed.
     Mutation(
         "no-mode-is-development",
