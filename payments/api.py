@@ -93,8 +93,9 @@ class CheckoutApi(CheckoutEndpoint):
         return keyed_checkout_response(request, answer)
 
 
-# A payment event's currency: three capital letters (compared with the order's, payments.services).
-CURRENCY_CODE = re.compile(r"[A-Z]{3}")
+# A payment event's currency: an ISO 4217 code in either case (several gateways send "idr"), stored and compared with
+# the order's (payments.services) in capitals.
+CURRENCY_CODE = re.compile(r"[A-Za-z]{3}")
 # payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
 MAX_AMOUNT = Decimal("9999999999.99")
 
@@ -170,7 +171,7 @@ def parse_webhook(data: Any) -> dict[str, Any]:
         "event_type": data["type"],
         "order_id": order_id,
         "amount": parsed_amount,
-        "currency": currency,
+        "currency": currency.upper(),
         "provider_reference": reference,
     }
 
