@@ -798,6 +798,24 @@ MUTATIONS = [
         "AND now() >",
         ("orders/tests/test_currency_migration.py::test_only_the_orders_0004_stamped_take_the_shops_currency",),
     ),
+    Mutation(
+        "openapi-line-qty-unbounded",
+        "the OpenAPI document no longer states a line's qty maximum (CHECKOUT_MAX_QTY)",
+        "payments/schemas.py",
+        "CheckoutItemSerializer",
+        "max_value=settings.CHECKOUT_MAX_QTY,",
+        "",
+        ("payments/tests/test_openapi_limits.py::test_the_cart_limits_are_stated",),
+    ),
+    Mutation(
+        "webhook-amount-any-decimal",
+        "the webhook takes any decimal string Python reads (exponents, spaces, underscores), not the stated pattern",
+        "payments/api.py",
+        "parse_webhook",
+        "isinstance(amount, str) and AMOUNT.fullmatch(amount)",
+        "isinstance(amount, str) and amount.strip()",
+        ("payments/tests/test_openapi_limits.py::test_the_webhook_validation_agrees_with_each_stated_pattern",),
+    ),
 ]
 
 
