@@ -58,8 +58,8 @@ def test_schemathesis_finds_nothing_against_a_live_server(tmp_path) -> None:  # 
                 "--no-color",
                 f"--report-dir={tmp_path}",
             ],
-            cwd=ROOT,
-            env={**os.environ, **env, "SCHEMATHESIS_HOOKS": "devtools.schemathesis_hooks"},
+            cwd=tmp_path,  # its cache directory (.schemathesis) goes there, not into the tree
+            env={**os.environ, **env, "PYTHONPATH": str(ROOT), "SCHEMATHESIS_HOOKS": "devtools.schemathesis_hooks"},
             capture_output=True,
             text=True,
             timeout=600,
