@@ -36,7 +36,9 @@ def test_revenue_is_the_products_own_lines_of_each_paid_order(make_product, make
 
     assert (serums.revenue, serums.units_sold, serums.paid, serums.pending) == ({"IDR": Decimal("30.00")}, 3, 2, 1)
     assert (creams.revenue, creams.units_sold, creams.paid, creams.pending) == ({"IDR": Decimal("50.00")}, 1, 1, 1)
-    assert serums.revenue["IDR"] + creams.revenue["IDR"] == both.total + alone.total  # each paid order's money counted once
+    assert (
+        serums.revenue["IDR"] + creams.revenue["IDR"] == both.total + alone.total
+    )  # each paid order's money counted once
     assert unpaid.total == Decimal("130.00")
     assert serums.audit == creams.audit == []
 
