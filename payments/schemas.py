@@ -15,7 +15,6 @@ from skincare.openapi import BUSY, INTERNAL, UNAUTHORIZED, error
 WEBHOOK_TEXT_MAX_LENGTH = 200  # event_id, provider_reference
 # An event id: at least one character other than ASCII whitespace.
 EVENT_ID_PATTERN = r"^[^\u0000]*[^\u0000\t\n\u000b\u000c\r ][^\u0000]*$"
-PROVIDER_REFERENCE_PATTERN = r"^[^\u0000]*$"
 CURRENCY_CODE_PATTERN = "^[A-Za-z]{3}$"  # ISO 4217, either case
 # payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
 WEBHOOK_MAX_AMOUNT = Decimal("9999999999.99")
@@ -54,10 +53,9 @@ class WebhookEventSerializer(serializers.Serializer):
         CURRENCY_CODE_PATTERN,
         help_text="ISO 4217 code, either case; any other than the order's is a `currency_mismatch`.",
     )
-    # Blank allowed by the pattern itself (DRF's allow_blank would document a oneOf that "" matches twice).
-    provider_reference = serializers.RegexField(
-        PROVIDER_REFERENCE_PATTERN, max_length=WEBHOOK_TEXT_MAX_LENGTH, required=False
-    )
+    # The gateway's own reference, empty when it has none (so no pattern: DRF's blank choice beside a pattern is a
+    # oneOf that "" matches twice). U+0000 is refused in every string of the body, as the operation's description says.
+    provider_reference = serializers.CharField(max_length=WEBHOOK_TEXT_MAX_LENGTH, required=False, allow_blank=True)
 
 
 class WebhookResultSerializer(serializers.Serializer):
@@ -160,7 +158,8 @@ WEBHOOK = extend_schema(
     summary="Payment gateway callback (signed)",
     description=(
         '`X-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>" with PAYMENT_WEBHOOK_SECRET>`. '
-        "Applied exactly once per `event_id` in the same transaction as its effect."
+        "Applied exactly once per `event_id` in the same transaction as its effect. No string in the body may hold "
+        "U+0000 (400)."
     ),
     auth=[],
     parameters=[
