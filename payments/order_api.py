@@ -1,5 +1,5 @@
 """An order as the API shows it, and the order endpoints (a customer's own order, cancelling it). Here in payments,
-not in orders: an order's JSON carries the link its customer pays at (:func:`payments.sandbox.payment_url`), and
+not in orders: an order's JSON carries the link its customer pays at (:func:`payments.sessions.payment_url`), and
 the checkout's 201 renders the same JSON. Thin: parse, call a selector or service, render."""
 
 from typing import Any
@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from orders import schemas, selectors, services
 from orders.exceptions import OrderNotFound
 from orders.selectors import OrderView
-from payments.sandbox import payment_url
+from payments.sessions import payment_url
 from skincare.api import authenticated_customer
 
 

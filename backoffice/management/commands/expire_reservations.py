@@ -1,5 +1,6 @@
 """The sweeper (``manage.py expire_reservations``): one sweep of the orders whose payment window has closed
-(``orders.services.orders_expire_due``, in batches), or with ``--loop`` a worker that sweeps every ``--interval``
+(``orders.services.orders_expire_due``, in batches, after asking the payment gateway about those with a gateway
+session: ``payments.sessions.sessions_check_due``), or with ``--loop`` a worker that sweeps every ``--interval``
 seconds, advances the waiting room's admissions, prunes every app's short-lived rows and runs the alerts' database
 probe."""
 
@@ -15,6 +16,7 @@ from django.db import DatabaseError, close_old_connections
 from backoffice.retention import retention_prune
 from backoffice.sweeper_probes import Probe
 from orders import selectors, services
+from payments.sessions import sessions_check_due
 from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
@@ -153,10 +155,12 @@ class Command(BaseCommand):
     def sweep(self, *, batch_size, stop):
         """Run batches until nothing is due (or a stop was asked for, after the current batch)."""
         summary = selectors.overdue_summary()
+        # The gateway's word first, outside any lock: paid there → paid here; then only orders due by then.
+        check = sessions_check_due()
         totals = services.SweepBatch()
         batches = 0
         while not stop.is_set():
-            batch = services.orders_expire_due(batch_size=batch_size)
+            batch = services.orders_expire_due(batch_size=batch_size, due_by=check.due_by)
             if not batch.orders:
                 break
             batches += 1
@@ -174,5 +178,11 @@ class Command(BaseCommand):
                 f"expire_reservations: {totals.orders} orders cancelled (payment_timeout), "
                 f"{totals.reservations} reservations expired, {totals.units} units returned in {batches} batches; "
                 f"due when started: {summary['count']}, oldest overdue {totals.oldest_overdue_seconds:.1f}s"
+            )
+        if check.recovered or check.expired or check.unreachable:
+            self.stdout.write(
+                f"expire_reservations: payment gateway asked first: {check.recovered} paid there (recovered), "
+                f"{check.expired} open there (expired there first), {check.unreachable} unanswered (marked for "
+                "reconcile_payments)"
             )
         return totals
