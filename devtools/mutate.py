@@ -740,6 +740,42 @@ MUTATIONS = [
         "if True:",
         ("skincare/tests/test_migrate_command.py::test_a_refused_lock_is_retried_once_the_table_is_free",),
     ),
+    Mutation(
+        "midtrans-signature-unchecked",
+        "a Midtrans notification is applied without verifying its signature_key",
+        "payments/midtrans.py",
+        "MidtransGateway.notification_read",
+        "if not hmac.compare_digest(expected.encode(), signature_key.lower().encode()):",
+        "if False:",
+        (
+            "payments/tests/test_midtrans.py::test_a_wrong_signature_changes_nothing_and_asks_nothing",
+            "payments/tests/test_midtrans.py::test_a_notification_signed_over_another_amount_is_refused",
+        ),
+    ),
+    Mutation(
+        "midtrans-no-expiry-margin",
+        "the Snap session ends at the order's deadline, not the safety margin before it",
+        "payments/sessions.py",
+        "session_ends_at",
+        "payment_expires_at - timedelta(seconds=settings.MIDTRANS_EXPIRY_MARGIN_SECONDS)",
+        "payment_expires_at",
+        (
+            "payments/tests/test_midtrans.py::test_payment_url_opens_one_snap_session_that_ends_before_the_deadline_and_is_reused",
+            "payments/tests/test_midtrans.py::test_no_session_when_less_than_the_margin_is_left",
+        ),
+    ),
+    Mutation(
+        "sweeper-asks-no-gateway",
+        "the sweeper cancels orders with a gateway session without asking the status API",
+        "payments/sessions.py",
+        "sessions_check_due",
+        "status = gw.status_get(order_id=order_id)",
+        "status = None",
+        (
+            "payments/tests/test_midtrans.py::test_the_sweeper_recovers_a_lost_notification",
+            "payments/tests/test_midtrans.py::test_the_sweeper_expires_an_open_transaction_first_then_the_order",
+        ),
+    ),
 ]
 
 

@@ -15,7 +15,7 @@ from django.test import Client
 from devtools.fake_midtrans import FakeMidtrans
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from orders.models import Order, Reservation
-from payments import services, sessions
+from payments import checks, services, sessions
 from payments.models import PaymentAttempt, PaymentSession, ProcessedEvent
 from payments.testing import place_order
 from skincare.demo import TEST_MIDTRANS_SERVER_KEY
@@ -475,3 +475,38 @@ def test_sandbox_gateway_keeps_todays_payment_url(api, order, settings):
     assert pay_link(api, order).startswith("/v1/payments/sandbox/")
     assert sessions.sessions_check_due().due_by is None
     assert services.EVENT_SUCCEEDED  # the webhook's events stay the sandbox's path
+
+
+# Start-up checks
+
+
+def check_ids(settings, **values):
+    for name, value in values.items():
+        setattr(settings, name, value)
+    return sorted(error.id for error in checks.midtrans_settings())
+
+
+def test_midtrans_without_a_server_key_refuses_to_start(settings):
+    assert check_ids(settings, PAYMENT_GATEWAY="midtrans", MIDTRANS_SERVER_KEY="") == ["payments.E006"]
+    assert check_ids(settings, PAYMENT_GATEWAY="sandbox", MIDTRANS_SERVER_KEY="") == []  # control
+
+
+def test_production_refuses_a_published_key_and_the_sandbox_unless_asked_for(settings):
+    production = {"PAYMENT_GATEWAY": "midtrans", "PRODUCTION": True, "MIDTRANS_ALLOW_SANDBOX": False}
+    live = {"MIDTRANS_SNAP_BASE_URL": "https://app.midtrans.com", "MIDTRANS_API_BASE_URL": "https://api.midtrans.com"}
+    own_key = "Mid-server-a-shops-own-key-0123456789"
+
+    assert check_ids(settings, **production, **live, MIDTRANS_SERVER_KEY=TEST_MIDTRANS_SERVER_KEY) == [
+        "payments.E007",
+        "payments.E008",  # an SB- key is Midtrans's sandbox
+    ]
+    assert check_ids(
+        settings,
+        **production,
+        MIDTRANS_SERVER_KEY=own_key,
+        MIDTRANS_SNAP_BASE_URL="https://app.sandbox.midtrans.com",
+        MIDTRANS_API_BASE_URL="https://api.midtrans.com",
+    ) == ["payments.E008"]
+    assert check_ids(settings, **production, **live, MIDTRANS_SERVER_KEY=own_key) == []  # control: a live shop
+    settings.MIDTRANS_SNAP_BASE_URL = "https://app.sandbox.midtrans.com"
+    assert check_ids(settings, MIDTRANS_ALLOW_SANDBOX=True) == []  # a staging shop asked for it
