@@ -91,9 +91,18 @@ def midtrans_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
                 id="payments.E006",
             )
         ]
-    if not settings.PRODUCTION:
-        return []
     errors = []
+    if settings.SHOP_CURRENCY != "IDR":
+        errors.append(
+            checks.Error(
+                f"PAYMENT_GATEWAY is midtrans but SHOP_CURRENCY is {settings.SHOP_CURRENCY}: Snap charges whole "
+                "rupiah (IDR) only.",
+                hint="Set SHOP_CURRENCY=IDR, or use another gateway.",
+                id="payments.E009",
+            )
+        )
+    if not settings.PRODUCTION:
+        return errors
     if demo.is_published(key):
         errors.append(
             checks.Error(

@@ -80,6 +80,7 @@ ON CONFLICT (order_id) DO UPDATE SET created_at = now(), ends_at = EXCLUDED.ends
     WHERE payment_sessions.redirect_url = '' AND payment_sessions.created_at < now() - make_interval(secs => %s)
 RETURNING order_id
 """
+STORED_SESSION_SQL = "SELECT redirect_url FROM payment_sessions WHERE order_id = %s"
 STORE_SESSION_SQL = "UPDATE payment_sessions SET token = %s, redirect_url = %s WHERE order_id = %s"
 RELEASE_CLAIM_SQL = "DELETE FROM payment_sessions WHERE order_id = %s AND redirect_url = ''"
 
@@ -111,7 +112,12 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
     with connection.cursor() as cursor:
         cursor.execute(CLAIM_SESSION_SQL, [order_id, gw.name, ends_at, 2 * settings.MIDTRANS_TIMEOUT_SECONDS])
         claimed = cursor.fetchone() is not None
-    if not claimed:  # another visit is creating it right now
+    if not claimed:  # another visit created it a moment ago, or is creating it right now
+        with connection.cursor() as cursor:
+            cursor.execute(STORED_SESSION_SQL, [order_id])
+            stored = cursor.fetchone()
+        if stored is not None and stored[0]:
+            return stored[0]
         raise GatewayUnavailable("The payment page is being prepared; retry shortly.")
     try:
         session = gw.session_create(order_id=order_id, amount=total, currency=currency, now=now, ends_at=ends_at)
@@ -167,16 +173,25 @@ class SessionCheck:
     """What the sweeper's questions to the gateway found (``sessions_check_due``)."""
 
     due_by: datetime | None = None
+    more: bool = False  # more due orders with a session than one check asks about: check again after the batches
     recovered: int = 0  # settled there: the lost notification applied
     expired: int = 0  # still open there: the gateway transaction expired before the order
     unreachable: int = 0  # no answer: the order expires anyway, marked for reconciliation
 
 
-# Pending orders at their deadline (by the returned clock) with a gateway session, oldest first.
+# Up to %(limit)s pending orders at their deadline with a gateway session, oldest deadline first, with the
+# database's clock.
 DUE_SESSIONS_SQL = """
-SELECT s.order_id, now() FROM payment_sessions s JOIN orders o ON o.id = s.order_id
-WHERE o.status = %s AND o.payment_expires_at <= now()
+SELECT s.order_id, o.payment_expires_at, now() FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+WHERE o.status = %(pending)s AND o.payment_expires_at <= now()
 ORDER BY o.payment_expires_at, o.id
+LIMIT %(limit)s
+"""
+# The rest of the due orders with a session that share the deadline of the last one DUE_SESSIONS_SQL returned.
+DUE_SESSION_TIES_SQL = """
+SELECT s.order_id, o.payment_expires_at, now() FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+WHERE o.status = %s AND o.payment_expires_at = %s AND o.id > %s
+ORDER BY o.id
 """
 MARK_FOR_RECONCILIATION_SQL = "UPDATE payment_sessions SET needs_reconciliation = true WHERE order_id = %s"
 
@@ -186,24 +201,33 @@ def _mark_for_reconciliation(order_id: int) -> None:
         cursor.execute(MARK_FOR_RECONCILIATION_SQL, [order_id])
 
 
-def sessions_check_due() -> SessionCheck:
+def sessions_check_due(*, limit: int) -> SessionCheck:
     """Before the sweeper cancels: ask the gateway about every due pending order that has a session, outside any
     lock (autocommit), each call bounded by the gateway's timeout. Settled → paid (the money was taken before the
     deadline: the session ended before it); still open → the gateway's transaction is expired first; no answer →
-    marked for reconciliation. ``due_by`` is the database time of the question: the sweeper's batches then claim
-    only orders due by then (``orders.services.orders_expire_due``), all of which were asked about."""
+    marked for reconciliation. At most ``limit`` orders per check; ``due_by`` is the instant up to which every due
+    order with a session was asked about (the database time of the question, or the deadline of the last one
+    asked when there were more): the sweeper's batches then claim only orders due by then
+    (``orders.services.orders_expire_due``), and with ``more`` it checks again."""
     if settings.PAYMENT_GATEWAY == "sandbox":
         return SessionCheck()
     gw = configured_gateway()
     with connection.cursor() as cursor:
-        cursor.execute(DUE_SESSIONS_SQL, [Order.Status.PENDING_PAYMENT.value])
+        cursor.execute(DUE_SESSIONS_SQL, {"pending": Order.Status.PENDING_PAYMENT.value, "limit": limit})
         rows = cursor.fetchall()
     if not rows:
         with connection.cursor() as cursor:
             cursor.execute("SELECT now()")
             return SessionCheck(due_by=cursor.fetchone()[0])
-    check = SessionCheck(due_by=rows[0][1])
-    for order_id, _now in rows:
+    if len(rows) < limit:
+        check = SessionCheck(due_by=rows[0][2])
+    else:  # more are due: ask about every order up to this deadline (its ties too), and the sweeper checks again
+        last_order, last_deadline, _now = rows[-1]
+        with connection.cursor() as cursor:
+            cursor.execute(DUE_SESSION_TIES_SQL, [Order.Status.PENDING_PAYMENT.value, last_deadline, last_order])
+            rows += cursor.fetchall()
+        check = SessionCheck(due_by=last_deadline, more=True)
+    for order_id, _deadline, _now in rows:
         try:
             status = gw.status_get(order_id=order_id)
             if status is not None and status.status == gateway.SETTLED:

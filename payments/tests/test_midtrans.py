@@ -473,7 +473,7 @@ def test_sandbox_gateway_keeps_todays_payment_url(api, order, settings):
     settings.PAYMENT_GATEWAY = "sandbox"
     settings.PAYMENT_SANDBOX = True
     assert pay_link(api, order).startswith("/v1/payments/sandbox/")
-    assert sessions.sessions_check_due().due_by is None
+    assert sessions.sessions_check_due(limit=10).due_by is None
     assert services.EVENT_SUCCEEDED  # the webhook's events stay the sandbox's path
 
 
@@ -489,6 +489,12 @@ def check_ids(settings, **values):
 def test_midtrans_without_a_server_key_refuses_to_start(settings):
     assert check_ids(settings, PAYMENT_GATEWAY="midtrans", MIDTRANS_SERVER_KEY="") == ["payments.E006"]
     assert check_ids(settings, PAYMENT_GATEWAY="sandbox", MIDTRANS_SERVER_KEY="") == []  # control
+
+
+def test_midtrans_refuses_a_shop_that_does_not_sell_in_rupiah(settings):
+    midtrans = {"PAYMENT_GATEWAY": "midtrans", "MIDTRANS_SERVER_KEY": TEST_MIDTRANS_SERVER_KEY}
+    assert check_ids(settings, **midtrans, SHOP_CURRENCY="USD") == ["payments.E009"]
+    assert check_ids(settings, **midtrans, SHOP_CURRENCY="IDR") == []  # control
 
 
 def test_production_refuses_a_published_key_and_the_sandbox_unless_asked_for(settings):
@@ -510,3 +516,28 @@ def test_production_refuses_a_published_key_and_the_sandbox_unless_asked_for(set
     assert check_ids(settings, **production, **live, MIDTRANS_SERVER_KEY=own_key) == []  # control: a live shop
     settings.MIDTRANS_SNAP_BASE_URL = "https://app.sandbox.midtrans.com"
     assert check_ids(settings, MIDTRANS_ALLOW_SANDBOX=True) == []  # a staging shop asked for it
+
+
+@pytest.mark.django_db
+def test_the_sweeper_asks_about_every_due_order_when_there_are_more_than_a_batch(
+    api, fake, make_product, customer, settings
+):
+    """Five due orders with sessions (one deadline shared by three), a batch of two: every one is asked about before
+    it is cancelled, the paid ones are recovered, the rest expire."""
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
+    product = make_product(stock=10, price="129000.00")
+    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(5)]
+    for order in orders:
+        open_session(api, order)
+        make_overdue(order)  # one test transaction: every order shares the same deadline
+    for order in orders[::2]:
+        fake.pay(order.pk, gross_amount=order.total)
+
+    out = StringIO()
+    call_command("expire_reservations", "--batch-size", "2", stdout=out)
+
+    statuses = {order.pk: Order.objects.get(pk=order.pk).status for order in orders}
+    assert [statuses[order.pk] for order in orders] == ["paid", "cancelled", "paid", "cancelled", "paid"]
+    asked = {path for method, path in fake.requests if method == "GET" and path.endswith("/status")}
+    assert asked == {f"/v2/{order.pk}/status" for order in orders}
+    assert_invariants()

@@ -16,7 +16,7 @@ from django.db import DatabaseError, close_old_connections
 from backoffice.retention import retention_prune
 from backoffice.sweeper_probes import Probe
 from orders import selectors, services
-from payments.sessions import sessions_check_due
+from payments.sessions import SessionCheck, sessions_check_due
 from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
@@ -155,13 +155,20 @@ class Command(BaseCommand):
     def sweep(self, *, batch_size, stop):
         """Run batches until nothing is due (or a stop was asked for, after the current batch)."""
         summary = selectors.overdue_summary()
-        # The gateway's word first, outside any lock: paid there → paid here; then only orders due by then.
-        check = sessions_check_due()
         totals = services.SweepBatch()
         batches = 0
+        asked = SessionCheck()
         while not stop.is_set():
+            # The payment gateway's word first, outside any lock (paid there → paid here); then the batches claim
+            # only the orders due by the time it was asked.
+            check = sessions_check_due(limit=batch_size)
+            asked.recovered += check.recovered
+            asked.expired += check.expired
+            asked.unreachable += check.unreachable
             batch = services.orders_expire_due(batch_size=batch_size, due_by=check.due_by)
             if not batch.orders:
+                if check.more and check.recovered:
+                    continue  # every order asked about was paid there: ask about the next ones
                 break
             batches += 1
             metrics.SWEEPER_BATCHES.inc()
@@ -179,10 +186,10 @@ class Command(BaseCommand):
                 f"{totals.reservations} reservations expired, {totals.units} units returned in {batches} batches; "
                 f"due when started: {summary['count']}, oldest overdue {totals.oldest_overdue_seconds:.1f}s"
             )
-        if check.recovered or check.expired or check.unreachable:
+        if asked.recovered or asked.expired or asked.unreachable:
             self.stdout.write(
-                f"expire_reservations: payment gateway asked first: {check.recovered} paid there (recovered), "
-                f"{check.expired} open there (expired there first), {check.unreachable} unanswered (marked for "
+                f"expire_reservations: payment gateway asked first: {asked.recovered} paid there (recovered), "
+                f"{asked.expired} open there (expired there first), {asked.unreachable} unanswered (marked for "
                 "reconcile_payments)"
             )
         return totals
