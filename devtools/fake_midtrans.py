@@ -11,6 +11,7 @@ import base64
 import itertools
 import json
 import threading
+from collections.abc import Callable
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -39,6 +40,8 @@ class FakeMidtrans:
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request, in order
         self.stalled: set[str] = set()  # "snap", "status", "expire"
         self.release = threading.Event()
+        # Called on the handling thread with (method, path) before each answer (a test's probe of the shop's state).
+        self.on_request: Callable[[str, str], None] | None = None
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -120,6 +123,8 @@ class FakeMidtrans:
 
             def _route(self, method: str) -> None:
                 fake.requests.append((method, self.path))
+                if fake.on_request is not None:
+                    fake.on_request(method, self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
                 parts = self.path.strip("/").split("/")

@@ -9,7 +9,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test import Client
 
 from devtools.fake_midtrans import FakeMidtrans
@@ -541,3 +541,45 @@ def test_the_sweeper_asks_about_every_due_order_when_there_are_more_than_a_batch
     asked = {path for method, path in fake.requests if method == "GET" and path.endswith("/status")}
     assert asked == {f"/v2/{order.pk}/status" for order in orders}
     assert_invariants()
+
+
+# No network call inside a database transaction
+
+OPEN_TRANSACTIONS_SQL = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+  AND backend_type = 'client backend' AND state <> 'active'
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_call_to_the_gateway_is_made_while_the_shop_holds_a_transaction(api, fake, order, settings):
+    """At every request the fake receives, no other session of the test database has a transaction open and idle
+    (the shop waiting on the network inside one). Control: the probe sees a transaction this test holds open."""
+    seen = []
+
+    def probe(method, path):
+        with connections["default"].cursor() as cursor:
+            cursor.execute(OPEN_TRANSACTIONS_SQL)
+            seen.append((method, path, cursor.fetchone()[0]))
+        connections["default"].close()
+
+    fake.on_request = probe
+    open_session(api, order)  # Snap
+    fake.pay(order.pk, gross_amount=order.total, status="pending")
+    assert notify(fake.notification(order.pk)).json()["status"] == "ignored"  # status API
+    make_overdue(order)
+    sweep()  # status, then expire
+    assert [(method, path.split("/")[-1]) for method, path, _ in seen] == [
+        ("POST", "transactions"),
+        ("GET", "status"),
+        ("GET", "status"),
+        ("POST", "expire"),
+    ]
+    assert [count for *_, count in seen] == [0, 0, 0, 0]
+
+    seen.clear()
+    with transaction.atomic():  # control: a transaction held open across a call is seen
+        Order.objects.select_for_update().get(pk=order.pk)
+        sessions.configured_gateway().status_get(order_id=order.pk)
+    assert [count for *_, count in seen] == [1]
