@@ -583,3 +583,17 @@ def test_no_call_to_the_gateway_is_made_while_the_shop_holds_a_transaction(api, 
         Order.objects.select_for_update().get(pk=order.pk)
         sessions.configured_gateway().status_get(order_id=order.pk)
     assert [count for *_, count in seen] == [1]
+
+
+@pytest.mark.django_db
+def test_the_sale_report_counts_orders_expired_without_the_gateways_word(api, fake, order, tmp_path):
+    product_id = order.lines.get().product_id
+    open_session(api, order)
+    make_overdue(order)
+    fake.stall("status")
+    sweep()
+
+    out = StringIO()
+    call_command("sale_report", "--product", str(product_id), "--png", str(tmp_path / "sale.png"), stdout=out)
+
+    assert "to reconcile:    1 expired without the gateway's word" in out.getvalue()
