@@ -145,8 +145,9 @@ class MidtransGateway:
             data = json.loads(body)
         except ValueError:
             raise InvalidSignature("The notification is not JSON.") from None
-        fields = [data.get(name) for name in ("order_id", "status_code", "gross_amount", "signature_key")]
-        if not isinstance(data, dict) or not all(isinstance(value, str) and value.isascii() for value in fields):
+        names = ("order_id", "status_code", "gross_amount", "signature_key")
+        fields = [data.get(name) for name in names] if isinstance(data, dict) else []
+        if len(fields) != len(names) or not all(isinstance(value, str) and value.isascii() for value in fields):
             raise InvalidSignature("The notification lacks order_id, status_code, gross_amount or signature_key.")
         order_id, status_code, gross_amount, signature_key = fields
         expected = signature(

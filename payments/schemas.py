@@ -189,6 +189,7 @@ MIDTRANS_NOTIFICATION = extend_schema(
         400: error("order_id is not one of this shop's orders.", "invalid_request"),
         401: error("The signature_key does not verify; nothing changed.", "invalid_signature"),
         404: error("The notification names an order that does not exist.", "order_not_found"),
+        413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
         500: INTERNAL,
         503: error("The status API did not confirm it; Midtrans retries.", "gateway_unavailable", "busy"),
     },

@@ -195,6 +195,17 @@ def test_a_wrong_signature_changes_nothing_and_asks_nothing(fake, order, signatu
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("body", [b"[1, 2]", b"not json", b'{"order_id": 1}', b"\xff\xfe", b'"text"'])
+def test_a_body_that_is_no_notification_is_401_and_asks_nothing(fake, order, body):
+    before = state()
+
+    answer = notify(body)
+
+    assert answer.status_code == 401 and answer.json()["code"] == "invalid_signature"
+    assert state() == before and fake.requests == []
+
+
+@pytest.mark.django_db
 def test_a_notification_signed_over_another_amount_is_refused(fake, order):
     fake.pay(order.pk, gross_amount=order.total)
     body = json.loads(fake.notification(order.pk))
