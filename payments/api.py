@@ -213,9 +213,13 @@ class PaymentPageApi(APIView):
         return HttpResponseRedirect(sessions.payment_session_open(order_id=order_id, customer_id=customer_id))
 
 
-class MidtransNotificationApi(APIView):
+class MidtransNotificationApi(OutcomeCountingMixin, APIView):
     """Midtrans's HTTP notification: verified by its ``signature_key`` and confirmed with the status API before
-    anything changes (``payments.sessions.notification_apply``)."""
+    anything changes (``payments.sessions.notification_apply``). Counted with the webhook's events."""
+
+    outcome_counter = metrics.PAYMENT_WEBHOOK_EVENTS
+    allowed_outcomes = metrics.WEBHOOK_OUTCOMES
+    success_outcome_field = "status"
 
     authentication_classes = []
     permission_classes = [AllowAny]

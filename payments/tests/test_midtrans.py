@@ -18,6 +18,7 @@ from orders.models import Order, Reservation
 from payments import checks, services, sessions
 from payments.models import PaymentAttempt, PaymentSession, ProcessedEvent
 from payments.testing import place_order
+from skincare import metrics
 from skincare.demo import TEST_MIDTRANS_SERVER_KEY
 
 NOTIFICATION_URL = "/v1/payments/midtrans/notification"
@@ -68,6 +69,10 @@ def pay_link(api, order):
 
 def notify(body):
     return Client().post(NOTIFICATION_URL, data=body, content_type="application/json")
+
+
+def counted(outcome):
+    return metrics.PAYMENT_WEBHOOK_EVENTS.labels(outcome=outcome)._value.get()
 
 
 def state():
@@ -157,12 +162,14 @@ def test_snap_not_answering_is_503_with_retry_after_and_the_reservation_holds(ap
 def test_signed_settlement_pays_the_order_once_and_a_replay_changes_nothing(fake, order):
     fake.pay(order.pk, gross_amount=order.total)
     body = fake.notification(order.pk)
+    paid_before, duplicate_before = counted("paid"), counted("duplicate")
 
     first = notify(body)
     after_first = state()
     replay = notify(body)
 
     assert first.status_code == 200 and first.json() == {"status": "paid", "order_id": order.pk}
+    assert counted("paid") == paid_before + 1 and counted("duplicate") == duplicate_before + 1
     assert replay.status_code == 200 and replay.json()["status"] == "duplicate"
     assert state() == after_first
     order.refresh_from_db()
