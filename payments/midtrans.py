@@ -149,7 +149,7 @@ class MidtransGateway:
         fields = [data.get(name) for name in names] if isinstance(data, dict) else []
         if len(fields) != len(names) or not all(isinstance(value, str) and value.isascii() for value in fields):
             raise InvalidSignature("The notification lacks order_id, status_code, gross_amount or signature_key.")
-        order_id, status_code, gross_amount, signature_key = fields
+        order_id, status_code, gross_amount, signature_key = (str(value) for value in fields)
         expected = signature(
             order_id=order_id, status_code=status_code, gross_amount=gross_amount, server_key=self.server_key
         )

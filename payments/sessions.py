@@ -32,6 +32,8 @@ from payments.midtrans import MidtransGateway
 logger = logging.getLogger(__name__)
 
 LINK_SALT = "payments.sessions.link"
+# What a gateway notification whose status moves no money answers (pending, challenged, refunded): nothing recorded.
+IGNORED = "ignored"
 
 
 def configured_gateway() -> Gateway:
@@ -143,7 +145,7 @@ def status_apply(*, status: gateway.TransactionStatus, payload: Any = None, sett
     elif status.status == gateway.FAILED:
         event_type = services.EVENT_FAILED
     else:
-        return "ignored"
+        return IGNORED
     return services.payment_event_apply(
         event_id=_event_id(status),
         event_type=event_type,
