@@ -96,7 +96,10 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
     """The gateway page of a customer's pending order: the stored one, or a new one created now (outside any
     transaction, bounded by MIDTRANS_TIMEOUT_SECONDS) and stored. Refuses an order that is not pending (409
     order_not_pending) or has less than the margin left (409 payment_window_closing); a gateway that does not answer
-    is 503 gateway_unavailable and leaves the reservation as it is."""
+    is 503 gateway_unavailable and leaves the reservation as it is. Only with PAYMENT_GATEWAY=midtrans (the sandbox
+    links to its own page): 404 otherwise."""
+    if settings.PAYMENT_GATEWAY != "midtrans":
+        raise Http404("this shop's payment pages are the sandbox's")
     gw = configured_gateway()
     with connection.cursor() as cursor:
         cursor.execute(ORDER_FOR_SESSION_SQL, [order_id, customer_id])

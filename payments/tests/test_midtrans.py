@@ -487,6 +487,15 @@ def test_reconcile_counts_a_gateway_that_does_not_answer(api, fake, order):
 
 
 @pytest.mark.django_db
+def test_a_payment_link_is_404_once_the_shop_is_back_on_the_sandbox(api, fake, order, settings):
+    link = pay_link(api, order)
+    settings.PAYMENT_GATEWAY = "sandbox"
+
+    assert Client().get(link).status_code == 404
+    assert fake.requests == []
+
+
+@pytest.mark.django_db
 def test_sandbox_gateway_keeps_todays_payment_url(api, order, settings):
     settings.PAYMENT_GATEWAY = "sandbox"
     settings.PAYMENT_SANDBOX = True
