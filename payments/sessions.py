@@ -28,6 +28,7 @@ from payments import gateway, sandbox, services
 from payments.exceptions import GatewayUnavailable, PaymentWindowClosing
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
+from payments.models import PaymentSession
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,18 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
     with connection.cursor() as cursor:
         cursor.execute(STORE_SESSION_SQL, [session.token, session.redirect_url, order_id])
     return session.redirect_url
+
+
+def session_close_after_cancel(*, order_id: int) -> None:
+    """After a customer's cancel has committed: close the order's gateway transaction, if it has a session, so the
+    page cannot take money for a cancelled order (bounded; no answer → marked for reconcile_payments)."""
+    if settings.PAYMENT_GATEWAY != "midtrans" or not PaymentSession.objects.filter(order_id=order_id).exists():
+        return
+    try:
+        configured_gateway().transaction_expire(order_id=order_id)
+    except GatewayUnavailable:
+        logger.warning("the gateway did not answer the expiry of cancelled order %s", order_id)
+        _mark_for_reconciliation(order_id)
 
 
 def _event_id(status: gateway.TransactionStatus) -> str:

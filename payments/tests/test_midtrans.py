@@ -155,6 +155,28 @@ def test_snap_not_answering_is_503_with_retry_after_and_the_reservation_holds(ap
     assert Client().get(link).status_code == 302
 
 
+@pytest.mark.django_db
+def test_a_cancel_closes_the_gateway_transaction(api, fake, order):
+    open_session(api, order)
+    fake.pay(order.pk, gross_amount=order.total, status="pending")  # the buyer chose a bank transfer, unpaid
+
+    assert api.post(f"/v1/orders/{order.pk}/cancel").status_code == 200
+
+    assert fake.transactions[str(order.pk)]["transaction_status"] == "expire"
+    assert not PaymentSession.objects.get(order=order).needs_reconciliation
+
+
+@pytest.mark.django_db
+def test_a_cancel_while_the_gateway_is_down_still_cancels_and_is_marked(api, fake, order):
+    open_session(api, order)
+    fake.stall("expire")
+
+    assert api.post(f"/v1/orders/{order.pk}/cancel").json()["status"] == "cancelled"
+
+    assert PaymentSession.objects.get(order=order).needs_reconciliation
+    assert_invariants()
+
+
 # Notifications
 
 
