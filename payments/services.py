@@ -143,7 +143,7 @@ def payment_event_apply(
     lost notification: the gateway's session closed before the deadline, ``payments.sessions``), so a still
     pending order is paid rather than expired.
 
-    Locks: lock order steps 1, 5, 6 and 8 (``skincare.locks``).
+    Locks: lock order steps 1, 5, 6 and 8 (docs/locking.md).
     """
     if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
         return Outcome.DUPLICATE
