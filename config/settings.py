@@ -323,6 +323,20 @@ ADMISSION_TTL_SECONDS = _int("ADMISSION_TTL_SECONDS", 120, minimum=1)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 # Where payment links point when the request's own address is not the public one.
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
+# The payment gateway behind payment_url (payments/gateway.py): `sandbox` (the built-in page, PAYMENT_SANDBOX) or
+# `midtrans` (Snap; docs/operations.md#payments-with-midtrans).
+PAYMENT_GATEWAY = _choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans"))
+MIDTRANS_SERVER_KEY = env("MIDTRANS_SERVER_KEY", default="")
+MIDTRANS_SNAP_BASE_URL = env("MIDTRANS_SNAP_BASE_URL", default="https://app.sandbox.midtrans.com")
+MIDTRANS_API_BASE_URL = env("MIDTRANS_API_BASE_URL", default="https://api.sandbox.midtrans.com")
+# Production refuses Midtrans's sandbox base URLs (payments.E007) unless this is set (a staging shop).
+MIDTRANS_ALLOW_SANDBOX = _bool("MIDTRANS_ALLOW_SANDBOX", False)
+# Every call to Midtrans gives up after this many seconds (a session then answers 503 gateway_unavailable).
+MIDTRANS_TIMEOUT_SECONDS = _int("MIDTRANS_TIMEOUT_SECONDS", 5, minimum=1)
+# A Snap session's custom_expiry and page_expiry end at least this long before the order's payment_expires_at
+# (database clock): room for Midtrans's clock, a payment being finished on the page and its notification. An order
+# with less time left gets no session (409 payment_window_closing).
+MIDTRANS_EXPIRY_MARGIN_SECONDS = _int("MIDTRANS_EXPIRY_MARGIN_SECONDS", 180, minimum=60)
 
 # Limits and retention (docs/configuration.md: the defaults suit most shops)
 # A server-side cart expires this long after its last change (database clock); it holds no stock meanwhile.

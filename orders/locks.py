@@ -1,5 +1,7 @@
 """Locks on orders and then their reservations (steps 5 and 6 of the lock order in docs/locking.md)."""
 
+from datetime import datetime
+
 from django.contrib.auth.models import User
 
 from orders.models import Order, Reservation
@@ -17,20 +19,21 @@ def lock_order(*, order_id: int, customer: User | None = None) -> Order | None:
     return qs.first()
 
 
-def lock_due_orders(*, limit: int) -> list[Order]:
-    """Claim up to ``limit`` pending orders whose payment window closed by the database clock. Rows that
-    another transaction holds (a payment, a cancel, another sweeper) are skipped, not waited for."""
+def lock_due_orders(*, limit: int, due_by: datetime | None = None) -> list[Order]:
+    """Claim up to ``limit`` pending orders whose payment window closed by the database clock (by ``due_by`` when
+    given: the instant up to which the caller has asked the payment gateway about them). Rows that another
+    transaction holds (a payment, a cancel, another sweeper) are skipped, not waited for."""
     require_transaction()
     return list(
         Order.objects.raw(
             """
             SELECT id, payment_expires_at FROM orders
-            WHERE status = %s AND payment_expires_at <= now()
+            WHERE status = %s AND payment_expires_at <= LEAST(now(), %s::timestamptz)
             ORDER BY id
             LIMIT %s
             FOR NO KEY UPDATE SKIP LOCKED
             """,
-            [Order.Status.PENDING_PAYMENT.value, limit],
+            [Order.Status.PENDING_PAYMENT.value, due_by, limit],
         )
     )
 

@@ -9,6 +9,7 @@ statement of ``inventory.reserve``.
 """
 
 import dataclasses
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -153,10 +154,11 @@ class SweepBatch(TransitionResult):
 
 @retry_transient
 @transaction.atomic
-def orders_expire_due(*, batch_size: int = 200) -> SweepBatch:
+def orders_expire_due(*, batch_size: int = 200, due_by: datetime | None = None) -> SweepBatch:
     """One sweeper batch: claim due pending orders with SKIP LOCKED, expire their reservations, return the
-    units with one summed update per product (ascending id), cancel the orders (payment_timeout)."""
-    due = lock_due_orders(limit=batch_size)
+    units with one summed update per product (ascending id), cancel the orders (payment_timeout). ``due_by``: only
+    orders due by then (the sweeper asked the payment gateway about those; ``payments.sessions``)."""
+    due = lock_due_orders(limit=batch_size, due_by=due_by)
     if not due:
         return SweepBatch()
     oldest = min(order.payment_expires_at for order in due if order.payment_expires_at is not None)

@@ -7,13 +7,14 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.http import HttpResponseRedirect
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orders.selectors import OrderView
-from payments import checkout, idempotency, ratelimit, schemas, services, signing
+from payments import checkout, idempotency, ratelimit, schemas, services, sessions, signing
 from payments.idempotency import KeyedCheckout
 from payments.order_api import order_data
 from skincare import metrics, validation
@@ -193,3 +194,33 @@ class PaymentWebhookApi(OutcomeCountingMixin, APIView):
         event = parse_webhook(request.data)
         outcome = services.payment_event_apply(payload=request.data, **event)
         return Response({"status": outcome, "event_id": event["event_id"]})
+
+
+class PaymentPageApi(APIView):
+    """``payment_url`` with Midtrans: the buyer's browser follows the signed link here and is sent on to the order's
+    Snap page, created on the first visit (``payments.sessions.payment_session_open``)."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    @schemas.PAYMENT_PAGE
+    def get(self, request: Request, token: str) -> HttpResponseRedirect:
+        order_id, customer_id = sessions.link_claims(token)
+        return HttpResponseRedirect(sessions.payment_session_open(order_id=order_id, customer_id=customer_id))
+
+
+class MidtransNotificationApi(OutcomeCountingMixin, APIView):
+    """Midtrans's HTTP notification: verified by its ``signature_key`` and confirmed with the status API before
+    anything changes (``payments.sessions.notification_apply``). Counted with the webhook's events."""
+
+    outcome_counter = metrics.PAYMENT_WEBHOOK_EVENTS
+    allowed_outcomes = metrics.WEBHOOK_OUTCOMES
+    success_outcome_field = "status"
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    @schemas.MIDTRANS_NOTIFICATION
+    def post(self, request: Request) -> Response:
+        order_id, outcome = sessions.notification_apply(body=request.body)
+        return Response({"status": outcome, "order_id": order_id})

@@ -70,3 +70,56 @@ def production_refuses_demo_payments(app_configs: Any = None, **kwargs: Any) -> 
             )
         )
     return errors
+
+
+MIDTRANS_SANDBOX_HOSTS = ("app.sandbox.midtrans.com", "api.sandbox.midtrans.com")
+
+
+@checks.register()
+def midtrans_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """With PAYMENT_GATEWAY=midtrans the server key must be set; in production it must not be a published value,
+    and neither Midtrans's sandbox (its URLs, an `SB-` key) unless MIDTRANS_ALLOW_SANDBOX says so (a staging shop)."""
+    if settings.PAYMENT_GATEWAY != "midtrans":
+        return []
+    key = settings.MIDTRANS_SERVER_KEY
+    if not key:
+        return [
+            checks.Error(
+                "PAYMENT_GATEWAY is midtrans but MIDTRANS_SERVER_KEY is empty: no payment page could be opened and "
+                "every notification would be refused.",
+                hint="Set MIDTRANS_SERVER_KEY to the server key of your Midtrans account (Settings > Access Keys).",
+                id="payments.E006",
+            )
+        ]
+    errors = []
+    if settings.SHOP_CURRENCY != "IDR":
+        errors.append(
+            checks.Error(
+                f"PAYMENT_GATEWAY is midtrans but SHOP_CURRENCY is {settings.SHOP_CURRENCY}: Snap charges whole "
+                "rupiah (IDR) only.",
+                hint="Set SHOP_CURRENCY=IDR, or use another gateway.",
+                id="payments.E009",
+            )
+        )
+    if not settings.PRODUCTION:
+        return errors
+    if demo.is_published(key):
+        errors.append(
+            checks.Error(
+                "MIDTRANS_SERVER_KEY is a published demo/test value: anyone can sign a Midtrans notification with it.",
+                hint="Set MIDTRANS_SERVER_KEY to your account's server key.",
+                id="payments.E007",
+            )
+        )
+    urls = (settings.MIDTRANS_SNAP_BASE_URL, settings.MIDTRANS_API_BASE_URL)
+    sandbox = key.startswith("SB-") or any(host in url for url in urls for host in MIDTRANS_SANDBOX_HOSTS)
+    if sandbox and not settings.MIDTRANS_ALLOW_SANDBOX:
+        errors.append(
+            checks.Error(
+                "Midtrans's sandbox (its base URLs or an SB- server key) with DJANGO_ENV=production: no real money.",
+                hint="Set MIDTRANS_SNAP_BASE_URL=https://app.midtrans.com, MIDTRANS_API_BASE_URL=https://api.midtrans.com "
+                "and the production server key, or MIDTRANS_ALLOW_SANDBOX=true on a staging shop.",
+                id="payments.E008",
+            )
+        )
+    return errors

@@ -44,3 +44,23 @@ class RateLimited(RetryAfterError):
 
     retry_after: int | None = field(default=None, init=False)
     limit: str
+
+
+class GatewayUnavailable(DomainError):
+    """The payment gateway did not answer in time (or answered with an error); the order's reservation still holds
+    until its deadline."""
+
+    code = "gateway_unavailable"
+    http_status = 503
+    retry_after = 5
+    default_message = "The payment gateway is not answering right now; your order is still reserved, retry shortly."
+
+
+class PaymentWindowClosing(DomainError):
+    """Too little of the order's payment window is left for a payment page that must close before it does."""
+
+    code = "payment_window_closing"
+    http_status = 409
+    default_message = "Too little time is left to pay this order."
+
+    order_id: int

@@ -111,3 +111,27 @@ class IdempotencyKey(models.Model):
 
     def __str__(self):
         return f"idempotency key {self.key!r} of customer {self.customer_id} ({self.response_status})"
+
+
+class PaymentSession(models.Model):
+    """The gateway's payment page of one order (``payments.sessions``): created on the buyer's first visit to
+    ``payment_url``, reused on every later one. ``redirect_url`` is empty only while a visit is creating it."""
+
+    order = models.OneToOneField(Order, on_delete=models.PROTECT, primary_key=True, related_name="+")
+    gateway = models.CharField(max_length=20)
+    token = models.CharField(max_length=200, blank=True, db_default="")
+    redirect_url = models.URLField(max_length=500, blank=True, db_default="")
+    # When the gateway's page and transaction end: at least MIDTRANS_EXPIRY_MARGIN_SECONDS before the order's
+    # payment_expires_at (database clock).
+    ends_at = models.DateTimeField()
+    created_at = models.DateTimeField(db_default=Now())
+    # The sweeper expired the order without the gateway's word (it did not answer): reconcile_payments looks.
+    needs_reconciliation = models.BooleanField(db_default=False)
+
+    class Meta:
+        db_table = "payment_sessions"
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["created_at"], name="payment_sessions_created_idx")]
+
+    def __str__(self):
+        return f"{self.gateway} session of order {self.order_id}"

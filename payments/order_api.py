@@ -1,5 +1,5 @@
 """An order as the API shows it, and the order endpoints (a customer's own order, cancelling it). Here in payments,
-not in orders: an order's JSON carries the link its customer pays at (:func:`payments.sandbox.payment_url`), and
+not in orders: an order's JSON carries the link its customer pays at (:func:`payments.sessions.payment_url`), and
 the checkout's 201 renders the same JSON. Thin: parse, call a selector or service, render."""
 
 from typing import Any
@@ -12,7 +12,8 @@ from rest_framework.views import APIView
 from orders import schemas, selectors, services
 from orders.exceptions import OrderNotFound
 from orders.selectors import OrderView
-from payments.sandbox import payment_url
+from payments import sessions
+from payments.sessions import payment_url
 from skincare.api import authenticated_customer
 
 
@@ -36,6 +37,7 @@ class OrderCancelApi(APIView):
     def post(self, request: Request, order_id: int) -> Response:
         customer = authenticated_customer(request)
         services.order_cancel(order_id=order_id, customer=customer)
+        sessions.session_close_after_cancel(order_id=order_id)  # committed: now the gateway, outside any transaction
         order = selectors.order_get_for_customer(order_id=order_id, customer=customer)
         if order is None:  # cancelled a moment ago, so only a concurrent deletion could get here
             raise OrderNotFound(order_id=order_id)

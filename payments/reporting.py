@@ -1,5 +1,6 @@
 """The payments figures of ``manage.py sale_report`` (called by backoffice.sale_report):
-late payments (money that arrived for an order no longer payable: expired or cancelled) and the refunds to make."""
+late payments (money that arrived for an order no longer payable: expired or cancelled), the refunds to make, and
+the orders the sweeper expired without the gateway's word (``reconcile_payments`` compares them)."""
 
 import datetime as dt
 from decimal import Decimal
@@ -25,6 +26,16 @@ PAYMENTS_SQL = f"""
      GROUP BY 1, 2
 """
 
+# Orders (created since the opening, with a line of the product) whose gateway session the sweeper marked: it expired
+# them while the gateway did not answer (payments.sessions.sessions_check_due).
+UNRECONCILED_SQL = """
+    SELECT count(DISTINCT s.order_id)
+      FROM payment_sessions s
+      JOIN orders o ON o.id = s.order_id
+      JOIN order_lines l ON l.order_id = o.id AND l.product_id = %(product)s
+     WHERE o.created_at >= %(since)s AND s.needs_reconciliation
+"""
+
 
 def payments_for_report(product_id: int, since: dt.datetime) -> dict[str, Any]:
     found = {"late_payments": 0, "refunds_to_make": 0, "refund_amount": Decimal("0.00"), "mismatches": 0}
@@ -38,4 +49,6 @@ def payments_for_report(product_id: int, since: dt.datetime) -> dict[str, Any]:
                     found["late_payments"] += count
             else:
                 found["mismatches"] += count  # a wrong amount or currency: ops decide
+        cursor.execute(UNRECONCILED_SQL, {"product": product_id, "since": since})
+        found["to_reconcile"] = cursor.fetchone()[0]
     return found

@@ -3,6 +3,7 @@
 from decimal import Decimal
 
 from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
@@ -179,6 +180,55 @@ WEBHOOK = extend_schema(
         415: error("The body is not `application/json`.", "unsupported_media_type"),
         500: INTERNAL,
         503: BUSY,
+    },
+    tags=["payments"],
+)
+
+PAYMENT_PAGE = extend_schema(
+    operation_id="payment_page",
+    summary="Where payment_url leads with PAYMENT_GATEWAY=midtrans (a browser link, signed)",
+    description=(
+        "Redirects to the order's Midtrans Snap page, created on the first visit and reused afterwards. The page "
+        "closes MIDTRANS_EXPIRY_MARGIN_SECONDS before the order's payment_expires_at."
+    ),
+    auth=[],
+    responses={
+        302: OpenApiResponse(description="To the Snap page (`Location`)."),
+        404: error(
+            "The link is forged, altered or expired, or the order does not exist.", "not_found", "order_not_found"
+        ),
+        409: error(
+            "The order is no longer pending, or too little of its payment window is left.",
+            "order_not_pending",
+            "payment_window_closing",
+        ),
+        500: INTERNAL,
+        503: error(
+            "Midtrans did not answer in time (the reservation still holds); retry after `Retry-After`.",
+            "gateway_unavailable",
+            "busy",
+        ),
+    },
+    tags=["payments"],
+)
+
+MIDTRANS_NOTIFICATION = extend_schema(
+    operation_id="midtrans_notification",
+    summary="Midtrans HTTP notification",
+    description=(
+        "Verified by `signature_key` (SHA-512 of order_id + status_code + gross_amount + MIDTRANS_SERVER_KEY), then "
+        "confirmed with Midtrans's status API and applied once per transaction status."
+    ),
+    auth=[],
+    request=OpenApiTypes.OBJECT,
+    responses={
+        200: OpenApiResponse(OpenApiTypes.OBJECT, description="Applied, a replay (`duplicate`), or `ignored`."),
+        400: error("order_id is not one of this shop's orders.", "invalid_request"),
+        401: error("The signature_key does not verify; nothing changed.", "invalid_signature"),
+        404: error("The notification names an order that does not exist.", "order_not_found"),
+        413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
+        500: INTERNAL,
+        503: error("The status API did not confirm it; Midtrans retries.", "gateway_unavailable", "busy"),
     },
     tags=["payments"],
 )

@@ -75,7 +75,9 @@ class Decision(NamedTuple):
     transition: Callable[..., Order] | None = None
 
 
-def _decide(*, order: Order, event_type: str, amount: Decimal, currency: str, provider_reference: str) -> Decision:
+def _decide(
+    *, order: Order, event_type: str, amount: Decimal, currency: str, provider_reference: str, settled_in_time: bool
+) -> Decision:
     """The outcome of one event for ``order`` (locked), by the rules of :func:`payment_event_apply`; locks the
     order's latest payment attempt (lock order step 6)."""
     latest = PaymentAttempt.objects.select_for_update(no_key=True).filter(order=order).order_by("-id").first()
@@ -108,7 +110,7 @@ def _decide(*, order: Order, event_type: str, amount: Decimal, currency: str, pr
     if (
         order.status == Order.Status.PENDING_PAYMENT
         and order.payment_expires_at is not None
-        and db_now() < order.payment_expires_at
+        and (settled_in_time or db_now() < order.payment_expires_at)
     ):
         return Decision(Outcome.PAID, open_attempt(PaymentAttempt.Status.SUCCEEDED), order_services.order_mark_paid)
     # Late: the order expired (maybe the sweeper has not run yet) or was cancelled. Never resurrect it.
@@ -127,6 +129,7 @@ def payment_event_apply(
     currency: str,
     provider_reference: str = "",
     payload: Any = None,
+    settled_in_time: bool = False,
 ) -> str:
     """Apply one gateway event exactly once. Returns the outcome:
 
@@ -135,7 +138,10 @@ def payment_event_apply(
     compared first, so 129,000 of any other currency never pays a 129,000 IDR order), ``refund_required`` (money for
     an order that is no longer payable: the order stays cancelled, no stock is re-reserved), ``already_paid``,
     ``failed``. A charge already on record (same provider reference, reported again under a new event id) changes
-    nothing and reports that attempt's outcome again (:func:`_decide`).
+    nothing and reports that attempt's outcome again (:func:`_decide`). ``settled_in_time``: the caller knows the
+    money was taken before the order's deadline although the event arrives after it (the sweeper's recovery of a
+    lost notification: the gateway's session closed before the deadline, ``payments.sessions``), so a still
+    pending order is paid rather than expired.
 
     Locks: lock order steps 1, 5, 6 and 8 (docs/locking.md).
     """
@@ -146,7 +152,12 @@ def payment_event_apply(
         raise OrderNotFound(order_id=order_id)
     amount = Decimal(amount)
     decision = _decide(
-        order=order, event_type=event_type, amount=amount, currency=currency, provider_reference=provider_reference
+        order=order,
+        event_type=event_type,
+        amount=amount,
+        currency=currency,
+        provider_reference=provider_reference,
+        settled_in_time=settled_in_time,
     )
     attempt = decision.attempt
     if attempt is not None:

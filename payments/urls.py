@@ -1,7 +1,7 @@
 from django.urls import path
 
 from payments import sandbox
-from payments.api import CheckoutApi, PaymentWebhookApi
+from payments.api import CheckoutApi, MidtransNotificationApi, PaymentPageApi, PaymentWebhookApi
 from payments.order_api import OrderCancelApi, OrderDetailApi
 
 urlpatterns = [
@@ -10,4 +10,6 @@ urlpatterns = [
     path("orders/<int:order_id>/cancel", OrderCancelApi.as_view(), name="order-cancel"),
     path("payments/webhook", PaymentWebhookApi.as_view(), name="payment-webhook"),
     path("payments/sandbox/<str:token>", sandbox.sandbox_page, name="payment-sandbox"),
+    path("payments/pay/<str:token>", PaymentPageApi.as_view(), name="payment-pay"),
+    path("payments/midtrans/notification", MidtransNotificationApi.as_view(), name="midtrans-notification"),
 ]

@@ -36,6 +36,8 @@ BENCH_SECRET_KEY = "bench-only-django-secret-key-not-for-production"  # noqa: S1
 BENCH_WEBHOOK_SECRET = "bench-webhook-secret-not-for-production"  # noqa: S105
 DEBUG_FALLBACK_SECRET_KEY = "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production"  # noqa: S105
 BUILD_SECRET_KEY = "build-only-not-a-secret"  # noqa: S105 - the Dockerfile's collectstatic step
+# The Midtrans server key of the tests and of the fake Midtrans server (devtools/fake_midtrans.py).
+TEST_MIDTRANS_SERVER_KEY = "SB-Mid-server-test-only-never-use-in-production"
 
 PUBLISHED_SECRETS = frozenset(
     {
@@ -49,6 +51,7 @@ PUBLISHED_SECRETS = frozenset(
         BENCH_WEBHOOK_SECRET,
         DEBUG_FALLBACK_SECRET_KEY,
         BUILD_SECRET_KEY,
+        TEST_MIDTRANS_SERVER_KEY,
         # fixed webhook secrets of the test modules
         "whsec-fuzz-secret",
         "whsec-metrics-test",

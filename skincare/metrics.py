@@ -75,7 +75,7 @@ CHECKOUT_OUTCOMES = OutcomeLabels("created")
 # The webhook's outcome: the ``status`` of a 200 answer (what the event did: ``payments.models.ProcessedEvent.Outcome``,
 # which a test holds this list to) or the error ``code``.
 WEBHOOK_OUTCOMES = OutcomeLabels(
-    "paid", "duplicate", "failed", "amount_mismatch", "currency_mismatch", "refund_required", "already_paid"
+    "paid", "duplicate", "failed", "amount_mismatch", "currency_mismatch", "refund_required", "already_paid", "ignored"
 )
 
 CHECKOUT_REQUESTS = Counter(
@@ -90,7 +90,8 @@ CHECKOUT_LATENCY = Histogram(
 )
 PAYMENT_WEBHOOK_EVENTS = Counter(
     "skincare_payment_webhook_events",
-    "POST /v1/payments/webhook answers by outcome (paid, duplicate, failed, ..., or the error code).",
+    "POST /v1/payments/webhook and /v1/payments/midtrans/notification answers by outcome (paid, duplicate, failed, "
+    "ignored, ..., or the error code).",
     ["outcome"],
 )
 DB_RETRIES = Counter(

@@ -72,6 +72,7 @@ def test_the_settings_load_as_configured(monkeypatch: pytest.MonkeyPatch):
         ("QUEUE_ADMIT_PER_SECOND", "0", "QUEUE_ADMIT_PER_SECOND must be at least 1"),
         ("MAX_PENDING_ORDERS_PER_CUSTOMER", "-1", "MAX_PENDING_ORDERS_PER_CUSTOMER must be at least 0"),
         ("LOG_FORMAT", "jsno", "LOG_FORMAT must be one of json, plain"),
+        ("PAYMENT_GATEWAY", "stripe", "PAYMENT_GATEWAY must be one of sandbox, midtrans"),
         ("LOG_LEVEL", "info", "LOG_LEVEL must be one of DEBUG, INFO"),
         ("SOLD_OUT_CACHE_MS", "1000", "SOLD_OUT_CACHE_MS must be 250"),
         ("DB_POOL", "true", "no longer settings: DB_POOL"),

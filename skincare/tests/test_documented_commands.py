@@ -40,6 +40,7 @@ DOCUMENTED = {
         "manage.py issue_token",
         "manage.py migrate",
         "manage.py prune_retention",
+        "manage.py reconcile_payments",
         "manage.py remove_demo_data",
         "manage.py revoke_token",
         "manage.py sale_report",

@@ -16,6 +16,8 @@ ENDPOINTS = {
     ("get", "/v1/orders/{order_id}"): {"200", "401", "404", "500", "503"},
     ("post", "/v1/orders/{order_id}/cancel"): {"200", "401", "404", "409", "500", "503"},
     ("post", "/v1/payments/webhook"): {"200", "400", "401", "404", "413", "415", "500", "503"},
+    ("get", "/v1/payments/pay/{token}"): {"302", "404", "409", "500", "503"},
+    ("post", "/v1/payments/midtrans/notification"): {"200", "400", "401", "404", "413", "500", "503"},
     ("get", "/v1/products"): {"200", "500", "503"},
     ("get", "/v1/products/{product_id}"): {"200", "404", "500", "503"},
     ("post", "/v1/carts"): {"201", "400", "401", "409", "413", "415", "422", "500", "503"},
@@ -56,7 +58,7 @@ def test_schema_generates_without_warnings_and_validates(tmp_path: Path) -> None
     for (method, path), _codes in ENDPOINTS.items():
         operation = schema["paths"][path][method]
         for code, response in operation["responses"].items():
-            if not code.startswith("2"):
+            if code.startswith(("4", "5")):  # every error answer has the error body (a 302 has none)
                 ref = response["content"]["application/json"]["schema"]["$ref"]
                 assert ref.endswith("/Error"), (method, path, code)
                 assert "Codes:" in response["description"], (method, path, code)

@@ -1,5 +1,6 @@
 """The sweeper (``manage.py expire_reservations``): one sweep of the orders whose payment window has closed
-(``orders.services.orders_expire_due``, in batches), or with ``--loop`` a worker that sweeps every ``--interval``
+(``orders.services.orders_expire_due``, in batches, after asking the payment gateway about those with a gateway
+session: ``payments.sessions.sessions_check_due``), or with ``--loop`` a worker that sweeps every ``--interval``
 seconds, advances the waiting room's admissions, prunes every app's short-lived rows and runs the alerts' database
 probe."""
 
@@ -15,6 +16,7 @@ from django.db import DatabaseError, close_old_connections
 from backoffice.retention import retention_prune
 from backoffice.sweeper_probes import Probe
 from orders import selectors, services
+from payments.sessions import SessionCheck, sessions_check_due
 from skincare import metrics
 from skincare.db import is_connection_failure
 from skincare.errors import DatabaseUnavailable, DomainError, ServiceBusy
@@ -155,9 +157,18 @@ class Command(BaseCommand):
         summary = selectors.overdue_summary()
         totals = services.SweepBatch()
         batches = 0
+        asked = SessionCheck()
         while not stop.is_set():
-            batch = services.orders_expire_due(batch_size=batch_size)
+            # The payment gateway's word first, outside any lock (paid there → paid here); then the batches claim
+            # only the orders due by the time it was asked.
+            check = sessions_check_due(limit=batch_size)
+            asked.recovered += check.recovered
+            asked.expired += check.expired
+            asked.unreachable += check.unreachable
+            batch = services.orders_expire_due(batch_size=batch_size, due_by=check.due_by)
             if not batch.orders:
+                if check.more and check.recovered:
+                    continue  # every order asked about was paid there: ask about the next ones
                 break
             batches += 1
             metrics.SWEEPER_BATCHES.inc()
@@ -174,5 +185,11 @@ class Command(BaseCommand):
                 f"expire_reservations: {totals.orders} orders cancelled (payment_timeout), "
                 f"{totals.reservations} reservations expired, {totals.units} units returned in {batches} batches; "
                 f"due when started: {summary['count']}, oldest overdue {totals.oldest_overdue_seconds:.1f}s"
+            )
+        if asked.recovered or asked.expired or asked.unreachable:
+            self.stdout.write(
+                f"expire_reservations: payment gateway asked first: {asked.recovered} paid there (recovered), "
+                f"{asked.expired} open there (expired there first), {asked.unreachable} unanswered (marked for "
+                "reconcile_payments)"
             )
         return totals

@@ -67,6 +67,8 @@ class Command(BaseCommand):
             f"  late payments:   {p['late_payments']}; refunds to make: {p['refunds_to_make']} "
             f"totalling {p['refund_amount']:.2f}; amount or currency mismatches: {p['mismatches']}"
         )
+        if p["to_reconcile"]:
+            out(f"  to reconcile:    {p['to_reconcile']} expired without the gateway's word (reconcile_payments)")
         out(f"  picture:         {path}")
         if report.audit:
             for violation in report.audit:

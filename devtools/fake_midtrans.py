@@ -1,0 +1,167 @@
+"""A local fake of the Midtrans API for the tests (never shipped): Snap's session endpoint and the Core API's status
+and expire endpoints, in the shapes Midtrans documents, on a threaded HTTP server on 127.0.0.1.
+
+A test drives what the gateway knows (:meth:`FakeMidtrans.pay`), builds documented notification bodies signed with
+the real SHA-512 signature (:meth:`FakeMidtrans.notification`), and makes an endpoint stop answering
+(:meth:`FakeMidtrans.stall`: the request waits, without sleeping, until the test releases it or the server stops),
+so the shop's timeouts are exercised over real sockets.
+"""
+
+import base64
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from payments.midtrans import signature
+from skincare.demo import TEST_MIDTRANS_SERVER_KEY
+
+# transaction_status -> the status_code Midtrans puts beside it.
+STATUS_CODES = {
+    "capture": "200",
+    "settlement": "200",
+    "pending": "201",
+    "deny": "202",
+    "cancel": "200",
+    "expire": "407",
+    "refund": "200",
+    "partial_refund": "200",
+}
+
+
+class FakeMidtrans:
+    def __init__(self, *, server_key: str = TEST_MIDTRANS_SERVER_KEY) -> None:
+        self.server_key = server_key
+        self.transactions: dict[str, dict[str, Any]] = {}
+        self.snap_requests: list[dict[str, Any]] = []
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request, in order
+        self.stalled: set[str] = set()  # "snap", "status", "expire"
+        self.release = threading.Event()
+        # Called on the handling thread with (method, path) before each answer (a test's probe of the shop's state).
+        self.on_request: Callable[[str, str], None] | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-midtrans", daemon=True)
+
+    def __enter__(self) -> "FakeMidtrans":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def stall(self, *endpoints: str) -> None:
+        """These endpoints stop answering until :attr:`release` is set (the shop's timeout fires first)."""
+        self.stalled.update(endpoints)
+
+    def pay(
+        self,
+        order_id: int,
+        *,
+        status: str = "settlement",
+        fraud_status: str = "accept",
+        gross_amount: str | Decimal = "0.00",
+        currency: str = "IDR",
+    ) -> dict[str, Any]:
+        """The buyer acted on the Snap page: the transaction of ``order_id`` now has ``status``."""
+        with self._lock:
+            existing = self.transactions.get(str(order_id))
+            transaction_id = existing["transaction_id"] if existing else f"fake-tx-{next(self._ids)}"
+            record = {
+                "status_code": STATUS_CODES.get(status, "200"),
+                "status_message": "Success, transaction is found",
+                "transaction_id": transaction_id,
+                "order_id": str(order_id),
+                "gross_amount": f"{Decimal(gross_amount):.2f}",
+                "currency": currency,
+                "payment_type": "bank_transfer",
+                "transaction_time": "2026-12-01 10:00:00",
+                "transaction_status": status,
+                "fraud_status": fraud_status,
+            }
+            self.transactions[str(order_id)] = record
+            return dict(record)
+
+    def notification(self, order_id: int, *, signature_key: str | None = None) -> bytes:
+        """The HTTP notification Midtrans would POST for the transaction's current state, signed with the server
+        key (``signature_key`` overrides the signature)."""
+        record = dict(self.transactions[str(order_id)])
+        record["signature_key"] = signature_key or signature(
+            order_id=record["order_id"],
+            status_code=record["status_code"],
+            gross_amount=record["gross_amount"],
+            server_key=self.server_key,
+        )
+        return json.dumps(record).encode()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def _authorised(self) -> bool:
+                expected = "Basic " + base64.b64encode(f"{fake.server_key}:".encode()).decode()
+                return self.headers.get("Authorization") == expected
+
+            def _route(self, method: str) -> None:
+                fake.requests.append((method, self.path))
+                if fake.on_request is not None:
+                    fake.on_request(method, self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                parts = self.path.strip("/").split("/")
+                if method == "POST" and self.path == "/snap/v1/transactions":
+                    endpoint = "snap"
+                elif len(parts) == 3 and parts[0] == "v2" and parts[2] in ("status", "expire"):
+                    endpoint = parts[2]
+                else:
+                    self._answer(404, {"status_code": "404", "status_message": "Not found"})
+                    return
+                if endpoint in fake.stalled:
+                    fake.release.wait(30)
+                    return  # the client gave up long ago
+                if not self._authorised():
+                    self._answer(401, {"status_code": "401", "status_message": "Unauthorized"})
+                    return
+                if endpoint == "snap":
+                    fake.snap_requests.append(body)
+                    token = f"snap-token-{next(fake._ids)}"
+                    self._answer(201, {"token": token, "redirect_url": f"{fake.base_url}/snap/v4/redirection/{token}"})
+                    return
+                with fake._lock:
+                    record = fake.transactions.get(parts[1])
+                    if record is None:  # Midtrans answers "no such transaction" with HTTP 200 and status_code 404
+                        self._answer(200, {"status_code": "404", "status_message": "Transaction doesn't exist."})
+                        return
+                    if endpoint == "expire":
+                        if record["transaction_status"] != "pending":
+                            self._answer(200, {"status_code": "412", "status_message": "Cannot be updated."})
+                            return
+                        record.update(transaction_status="expire", status_code="407")
+                    self._answer(200, dict(record))
+
+            def do_GET(self) -> None:
+                self._route("GET")
+
+            def do_POST(self) -> None:
+                self._route("POST")
+
+        return Handler

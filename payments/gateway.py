@@ -1,0 +1,77 @@
+"""The payment gateway seam: what the shop asks of a gateway, whichever it is (``PAYMENT_GATEWAY``).
+
+- :meth:`Gateway.session_create`: a payment page for one order, ending at a given instant (where the buyer pays);
+- :meth:`Gateway.notification_read`: verify an incoming notification and read which order it names;
+- :meth:`Gateway.status_get`: the gateway's own word on an order's transaction (``None``: it has none);
+- :meth:`Gateway.transaction_expire`: close a transaction that is still open, so it can take no more money.
+
+Every call is a network call with a bounded timeout, made outside any database transaction; a gateway that does
+not answer raises :class:`payments.exceptions.GatewayUnavailable`. Two gateways: ``sandbox`` (the built-in page of
+``payments.sandbox``: it pays through the signed webhook and keeps no gateway-side state) and ``midtrans``
+(``payments.midtrans``). ``payments.sessions.configured_gateway`` picks one.
+"""
+
+import dataclasses
+from datetime import datetime
+from decimal import Decimal
+from typing import Protocol
+
+# A transaction's status, in the shop's words (each gateway maps its own onto these).
+SETTLED = "settled"  # the money is taken
+OPEN = "open"  # the buyer started paying and may still finish (Midtrans `pending`, a challenged capture)
+FAILED = "failed"  # denied, cancelled or expired: no money
+REFUNDED = "refunded"  # the money was taken and (partly) given back
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """A payment page the buyer is sent to."""
+
+    token: str
+    redirect_url: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionStatus:
+    """The gateway's record of one order's transaction."""
+
+    order_id: int
+    status: str  # SETTLED, OPEN, FAILED or REFUNDED
+    gateway_status: str  # the gateway's own word (`settlement`, `capture/accept`, …), kept with the event
+    amount: Decimal
+    currency: str
+    transaction_id: str
+
+
+class Gateway(Protocol):
+    name: str
+
+    def session_create(
+        self, *, order_id: int, amount: Decimal, currency: str, now: datetime, ends_at: datetime
+    ) -> Session: ...
+
+    def notification_read(self, *, body: bytes) -> int: ...
+
+    def status_get(self, *, order_id: int) -> TransactionStatus | None: ...
+
+    def transaction_expire(self, *, order_id: int) -> None: ...
+
+
+class SandboxGateway:
+    """The built-in page: its buttons post signed webhooks, so there is no gateway-side state to ask about."""
+
+    name = "sandbox"
+
+    def session_create(
+        self, *, order_id: int, amount: Decimal, currency: str, now: datetime, ends_at: datetime
+    ) -> Session:
+        raise NotImplementedError("the sandbox's payment_url is its signed page (payments.sandbox.payment_url)")
+
+    def notification_read(self, *, body: bytes) -> int:
+        raise NotImplementedError("the sandbox notifies through the signed webhook (payments.api.PaymentWebhookApi)")
+
+    def status_get(self, *, order_id: int) -> TransactionStatus | None:
+        return None
+
+    def transaction_expire(self, *, order_id: int) -> None:
+        return None

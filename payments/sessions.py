@@ -1,0 +1,304 @@
+"""Payment sessions at the configured gateway (``payments.gateway``): where the buyer pays, the gateway's
+notifications, the sweeper's question before it cancels, and reconciliation.
+
+No call to the gateway is made inside a database transaction or on the checkout's path: the checkout's
+``payment_url`` points at this service (:func:`payment_url`), and the buyer's visit there creates the gateway's
+session once (:func:`payment_session_open`, stored in ``payment_sessions``) and is sent on to it. A session ends
+``MIDTRANS_EXPIRY_MARGIN_SECONDS`` before the order's deadline by the database clock, so the gateway cannot take
+money for a reservation that is over.
+"""
+
+import dataclasses
+import json
+import logging
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core import signing as django_signing
+from django.db import connection
+from django.http import Http404, HttpRequest
+from django.urls import reverse
+
+from orders.exceptions import OrderNotFound, OrderNotPending
+from orders.models import Order
+from orders.selectors import OrderView
+from payments import gateway, sandbox, services
+from payments.exceptions import GatewayUnavailable, PaymentWindowClosing
+from payments.gateway import Gateway
+from payments.midtrans import MidtransGateway
+from payments.models import PaymentSession
+
+logger = logging.getLogger(__name__)
+
+LINK_SALT = "payments.sessions.link"
+# What a gateway notification whose status moves no money answers (pending, challenged, refunded): nothing recorded.
+IGNORED = "ignored"
+
+
+def configured_gateway() -> Gateway:
+    """The gateway ``PAYMENT_GATEWAY`` names (settings refuse any other value at start-up)."""
+    if settings.PAYMENT_GATEWAY == "midtrans":
+        return MidtransGateway.from_settings()
+    return gateway.SandboxGateway()
+
+
+def payment_url(request: HttpRequest, order: OrderView) -> str | None:
+    """Where the customer pays ``order`` (its ``payment_url``), while it is pending: with Midtrans this service's
+    signed link that opens (or reuses) the Snap session; with the sandbox its page (``payments.sandbox``)."""
+    if settings.PAYMENT_GATEWAY != "midtrans":
+        return sandbox.payment_url(request, order)
+    if order.status != Order.Status.PENDING_PAYMENT:
+        return None
+    token = django_signing.dumps({"order": order.order_id, "customer": order.customer_id}, salt=LINK_SALT)
+    path = reverse("payment-pay", args=[token])
+    if settings.PUBLIC_BASE_URL:
+        return settings.PUBLIC_BASE_URL.rstrip("/") + path
+    return request.build_absolute_uri(path)
+
+
+def link_claims(token: str) -> tuple[int, int]:
+    """(order id, customer id) of a signed payment link; 404 when forged, altered or older than the reservation."""
+    try:
+        claims = django_signing.loads(token, salt=LINK_SALT, max_age=settings.RESERVATION_TTL_SECONDS)
+    except django_signing.BadSignature:  # also SignatureExpired
+        raise Http404("invalid or expired payment link") from None
+    if not isinstance(claims, dict) or not isinstance(claims.get("order"), int):
+        raise Http404("invalid payment link")
+    return claims["order"], claims.get("customer", 0)
+
+
+# The order as a session needs it, with the database's clock (autocommit: its own short transaction).
+ORDER_FOR_SESSION_SQL = """
+SELECT o.status, o.payment_expires_at, o.total, o.currency, now(), s.redirect_url
+FROM orders o LEFT JOIN payment_sessions s ON s.order_id = o.id
+WHERE o.id = %s AND o.customer_id = %s
+"""
+# Claim the order's session (one visit creates it): a new row, or a claim left empty by a visit that died more than
+# twice the gateway's timeout ago. Returns the order id when this visit holds the claim.
+CLAIM_SESSION_SQL = """
+INSERT INTO payment_sessions (order_id, gateway, ends_at) VALUES (%s, %s, %s)
+ON CONFLICT (order_id) DO UPDATE SET created_at = now(), ends_at = EXCLUDED.ends_at
+    WHERE payment_sessions.redirect_url = '' AND payment_sessions.created_at < now() - make_interval(secs => %s)
+RETURNING order_id
+"""
+STORED_SESSION_SQL = "SELECT redirect_url FROM payment_sessions WHERE order_id = %s"
+STORE_SESSION_SQL = "UPDATE payment_sessions SET token = %s, redirect_url = %s WHERE order_id = %s"
+RELEASE_CLAIM_SQL = "DELETE FROM payment_sessions WHERE order_id = %s AND redirect_url = ''"
+
+
+def session_ends_at(*, payment_expires_at: datetime) -> datetime:
+    """When an order's gateway session must end: the safety margin before its deadline."""
+    return payment_expires_at - timedelta(seconds=settings.MIDTRANS_EXPIRY_MARGIN_SECONDS)
+
+
+def payment_session_open(*, order_id: int, customer_id: int) -> str:
+    """The gateway page of a customer's pending order: the stored one, or a new one created now (outside any
+    transaction, bounded by MIDTRANS_TIMEOUT_SECONDS) and stored. Refuses an order that is not pending (409
+    order_not_pending) or has less than the margin left (409 payment_window_closing); a gateway that does not answer
+    is 503 gateway_unavailable and leaves the reservation as it is. Only with PAYMENT_GATEWAY=midtrans (the sandbox
+    links to its own page): 404 otherwise."""
+    if settings.PAYMENT_GATEWAY != "midtrans":
+        raise Http404("this shop's payment pages are the sandbox's")
+    gw = configured_gateway()
+    with connection.cursor() as cursor:
+        cursor.execute(ORDER_FOR_SESSION_SQL, [order_id, customer_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise OrderNotFound(order_id=order_id)
+    status, expires_at, total, currency, now, stored_url = row
+    if status != Order.Status.PENDING_PAYMENT:
+        raise OrderNotPending(order_id=order_id, status=status)
+    if stored_url:
+        return stored_url
+    ends_at = session_ends_at(payment_expires_at=expires_at)
+    if ends_at - now < timedelta(minutes=1):  # a Snap session lasts whole minutes
+        raise PaymentWindowClosing(order_id=order_id)
+    with connection.cursor() as cursor:
+        cursor.execute(CLAIM_SESSION_SQL, [order_id, gw.name, ends_at, 2 * settings.MIDTRANS_TIMEOUT_SECONDS])
+        claimed = cursor.fetchone() is not None
+    if not claimed:  # another visit created it a moment ago, or is creating it right now
+        with connection.cursor() as cursor:
+            cursor.execute(STORED_SESSION_SQL, [order_id])
+            stored = cursor.fetchone()
+        if stored is not None and stored[0]:
+            return stored[0]
+        raise GatewayUnavailable("The payment page is being prepared; retry shortly.")
+    try:
+        session = gw.session_create(order_id=order_id, amount=total, currency=currency, now=now, ends_at=ends_at)
+    except BaseException:
+        with connection.cursor() as cursor:
+            cursor.execute(RELEASE_CLAIM_SQL, [order_id])
+        raise
+    with connection.cursor() as cursor:
+        cursor.execute(STORE_SESSION_SQL, [session.token, session.redirect_url, order_id])
+    return session.redirect_url
+
+
+def session_close_after_cancel(*, order_id: int) -> None:
+    """After a customer's cancel has committed: close the order's gateway transaction, if it has a session, so the
+    page cannot take money for a cancelled order (bounded; no answer → marked for reconcile_payments)."""
+    if settings.PAYMENT_GATEWAY != "midtrans" or not PaymentSession.objects.filter(order_id=order_id).exists():
+        return
+    try:
+        configured_gateway().transaction_expire(order_id=order_id)
+    except GatewayUnavailable:
+        logger.warning("the gateway did not answer the expiry of cancelled order %s", order_id)
+        _mark_for_reconciliation(order_id)
+
+
+def _event_id(status: gateway.TransactionStatus) -> str:
+    """One gateway state of one transaction is one event: however often it is notified, it is applied once."""
+    return f"{configured_gateway().name}-{status.transaction_id or status.order_id}-{status.gateway_status}"
+
+
+def status_apply(*, status: gateway.TransactionStatus, payload: Any = None, settled_in_time: bool = False) -> str:
+    """Apply the gateway's word on a transaction through the webhook's one service (``payment_event_apply``):
+    settled → the payment event, failed → a failed attempt, anything else changes nothing (``ignored``)."""
+    if status.status == gateway.SETTLED:
+        event_type = services.EVENT_SUCCEEDED
+    elif status.status == gateway.FAILED:
+        event_type = services.EVENT_FAILED
+    else:
+        return IGNORED
+    return services.payment_event_apply(
+        event_id=_event_id(status),
+        event_type=event_type,
+        order_id=status.order_id,
+        amount=status.amount,
+        currency=status.currency,
+        provider_reference=status.transaction_id,
+        payload=payload,
+        settled_in_time=settled_in_time,
+    )
+
+
+def notification_apply(*, body: bytes) -> tuple[int, str]:
+    """A gateway notification: verified (401 otherwise, nothing changes), confirmed with the gateway's status API
+    (money is recorded from that answer only; no answer → 503, so the gateway retries), applied once. Returns the
+    order id and the outcome."""
+    gw = configured_gateway()
+    order_id = gw.notification_read(body=body)
+    status = gw.status_get(order_id=order_id)
+    if status is None:
+        raise GatewayUnavailable(f"The gateway has no transaction for order {order_id} yet.")
+    return order_id, status_apply(status=status, payload=json.loads(body))
+
+
+@dataclasses.dataclass
+class SessionCheck:
+    """What the sweeper's questions to the gateway found (``sessions_check_due``)."""
+
+    due_by: datetime | None = None
+    more: bool = False  # more due orders with a session than one check asks about: check again after the batches
+    recovered: int = 0  # settled there: the lost notification applied
+    expired: int = 0  # still open there: the gateway transaction expired before the order
+    unreachable: int = 0  # no answer: the order expires anyway, marked for reconciliation
+
+
+# Up to %(limit)s pending orders at their deadline with a gateway session, oldest deadline first, with the
+# database's clock.
+DUE_SESSIONS_SQL = """
+SELECT s.order_id, o.payment_expires_at, now() FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+WHERE o.status = %(pending)s AND o.payment_expires_at <= now()
+ORDER BY o.payment_expires_at, o.id
+LIMIT %(limit)s
+"""
+# The rest of the due orders with a session that share the deadline of the last one DUE_SESSIONS_SQL returned.
+DUE_SESSION_TIES_SQL = """
+SELECT s.order_id, o.payment_expires_at, now() FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+WHERE o.status = %s AND o.payment_expires_at = %s AND o.id > %s
+ORDER BY o.id
+"""
+MARK_FOR_RECONCILIATION_SQL = "UPDATE payment_sessions SET needs_reconciliation = true WHERE order_id = %s"
+
+
+def _mark_for_reconciliation(order_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(MARK_FOR_RECONCILIATION_SQL, [order_id])
+
+
+def sessions_check_due(*, limit: int) -> SessionCheck:
+    """Before the sweeper cancels: ask the gateway about every due pending order that has a session, outside any
+    lock (autocommit), each call bounded by the gateway's timeout. Settled → paid (the money was taken before the
+    deadline: the session ended before it); still open → the gateway's transaction is expired first; no answer →
+    marked for reconciliation. At most ``limit`` orders per check; ``due_by`` is the instant up to which every due
+    order with a session was asked about (the database time of the question, or the deadline of the last one
+    asked when there were more): the sweeper's batches then claim only orders due by then
+    (``orders.services.orders_expire_due``), and with ``more`` it checks again."""
+    if settings.PAYMENT_GATEWAY == "sandbox":
+        return SessionCheck()
+    gw = configured_gateway()
+    with connection.cursor() as cursor:
+        cursor.execute(DUE_SESSIONS_SQL, {"pending": Order.Status.PENDING_PAYMENT.value, "limit": limit})
+        rows = cursor.fetchall()
+    if not rows:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            return SessionCheck(due_by=cursor.fetchone()[0])
+    if len(rows) < limit:
+        check = SessionCheck(due_by=rows[0][2])
+    else:  # more are due: ask about every order up to this deadline (its ties too), and the sweeper checks again
+        last_order, last_deadline, _now = rows[-1]
+        with connection.cursor() as cursor:
+            cursor.execute(DUE_SESSION_TIES_SQL, [Order.Status.PENDING_PAYMENT.value, last_deadline, last_order])
+            rows += cursor.fetchall()
+        check = SessionCheck(due_by=last_deadline, more=True)
+    for order_id, _deadline, _now in rows:
+        try:
+            status = gw.status_get(order_id=order_id)
+            if status is not None and status.status == gateway.SETTLED:
+                outcome = status_apply(status=status, payload={"source": "sweeper"}, settled_in_time=True)
+                check.recovered += outcome == services.Outcome.PAID
+            elif status is not None and status.status == gateway.OPEN:
+                gw.transaction_expire(order_id=order_id)
+                check.expired += 1
+        except GatewayUnavailable:
+            logger.warning("sweeper: the gateway did not answer about order %s; it expires unconfirmed", order_id)
+            _mark_for_reconciliation(order_id)
+            check.unreachable += 1
+    return check
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    order_id: int
+    kind: str  # refund_to_make, settled_not_recorded, paid_not_settled, amount_differs, unreachable
+    detail: str
+
+
+# The orders with a gateway session opened since a time, with what the shop recorded.
+SESSIONS_SINCE_SQL = """
+SELECT s.order_id, o.status, o.total, o.currency, s.needs_reconciliation
+FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+WHERE s.created_at >= %s AND o.status <> %s
+ORDER BY s.order_id
+"""
+
+
+def payments_reconcile(*, since: datetime) -> list[Mismatch]:
+    """Every order with a session opened since ``since`` and no longer pending, compared with the gateway's
+    status (one call each, bounded by the timeout; none inside a transaction)."""
+    gw = configured_gateway()
+    with connection.cursor() as cursor:
+        cursor.execute(SESSIONS_SINCE_SQL, [since, Order.Status.PENDING_PAYMENT.value])
+        rows = cursor.fetchall()
+    mismatches = []
+    for order_id, status, total, currency, _flagged in rows:
+        try:
+            there = gw.status_get(order_id=order_id)
+        except GatewayUnavailable as exc:
+            mismatches.append(Mismatch(order_id, "unreachable", exc.message))
+            continue
+        if there is None or there.status != gateway.SETTLED:
+            if status == Order.Status.PAID:
+                word = "no transaction" if there is None else there.gateway_status
+                mismatches.append(Mismatch(order_id, "paid_not_settled", f"paid here, {word} there"))
+            continue
+        if status == Order.Status.CANCELLED:
+            mismatches.append(Mismatch(order_id, "refund_to_make", f"settled there ({there.amount} {there.currency})"))
+        if there.amount != Decimal(total) or there.currency != currency:
+            detail = f"{there.amount} {there.currency} there, {total} {currency} here"
+            mismatches.append(Mismatch(order_id, "amount_differs", detail))
+    return mismatches
