@@ -20,12 +20,15 @@ BUCKETED = "bucketed"
 def _fresh_sold_out_memory():
     from inventory import soldout
     from skincare import selectors
+    from waitingroom import counters
 
     soldout.forget_all()
     selectors.forget_all()  # tokens remembered by this process (the demo token exists in many tests)
+    counters.queue_counters_forget()  # the queues' counters this process read (a poll with a signed pass)
     yield
     soldout.forget_all()
     selectors.forget_all()
+    counters.queue_counters_forget()
 
 
 @pytest.fixture

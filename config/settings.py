@@ -335,9 +335,18 @@ MAX_OPEN_CARTS_PER_CUSTOMER = _int("MAX_OPEN_CARTS_PER_CUSTOMER", 10)
 QUEUE_MAX_BURST_SECONDS = _int("QUEUE_MAX_BURST_SECONDS", 2, minimum=1)
 QUEUE_POLL_MIN_SECONDS = _int("QUEUE_POLL_MIN_SECONDS", 1, minimum=1)
 QUEUE_POLL_MAX_SECONDS = _int("QUEUE_POLL_MAX_SECONDS", 30, minimum=1)
-if not QUEUE_POLL_MIN_SECONDS <= QUEUE_POLL_MAX_SECONDS <= ADMISSION_TTL_SECONDS:
+# How old each process's copy of the queues' counters may be (one read per process per this many seconds, not per
+# poll; waitingroom/counters.py).
+QUEUE_COUNTERS_MAX_AGE_SECONDS = _int("QUEUE_COUNTERS_MAX_AGE_SECONDS", 1)
+# A client told poll_after = P_max sees an admission granted right after its poll at most P_max + the counters' age
+# + P_min later: that must leave at least half the admission's TTL to check out.
+if not (
+    QUEUE_POLL_MIN_SECONDS <= QUEUE_POLL_MAX_SECONDS
+    and 2 * (QUEUE_POLL_MAX_SECONDS + QUEUE_COUNTERS_MAX_AGE_SECONDS + QUEUE_POLL_MIN_SECONDS) <= ADMISSION_TTL_SECONDS
+):
     raise ImproperlyConfigured(
-        "QUEUE_POLL_MAX_SECONDS must be between QUEUE_POLL_MIN_SECONDS and ADMISSION_TTL_SECONDS (a pass told to "
+        "QUEUE_POLL_MAX_SECONDS must be at least QUEUE_POLL_MIN_SECONDS, and QUEUE_POLL_MAX_SECONDS + "
+        "QUEUE_COUNTERS_MAX_AGE_SECONDS + QUEUE_POLL_MIN_SECONDS at most half ADMISSION_TTL_SECONDS (a pass told to "
         "come back later than its admission lasts could miss its turn)"
     )
 CHECKOUT_MAX_ITEMS = _int("CHECKOUT_MAX_ITEMS", 20, minimum=1)

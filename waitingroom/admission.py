@@ -14,8 +14,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 
-from waitingroom.exceptions import AdmissionExpired, AdmissionRequired
-from waitingroom.selectors import EXPIRED, NO_PASS, PASS_OWN_STATE_SQL, WAITING, poll_after_seconds
+from waitingroom.exceptions import AdmissionExpired, AdmissionRequired, AdmissionUsed
+from waitingroom.selectors import EXPIRED, NO_PASS, PASS_OWN_STATE_SQL, USED, WAITING, poll_after_seconds
 
 # One round trip: the products of the checkout that have a queue, the use of the customer's admission for each
 # (an admitted, unused pass whose admitted_until is still ahead by the transaction's clock), and the pass as it was
@@ -55,6 +55,9 @@ def admission_use(*, customer: User, product_ids: list[int]) -> None:
     expired = [row[0] for row in refused if row[2] == EXPIRED]
     if expired:
         raise AdmissionExpired(product_ids=expired)
+    used = [row[0] for row in refused if row[2] == USED]
+    if len(used) == len(refused):
+        raise AdmissionUsed(product_ids=used)  # final: nothing to wait for
     waits = [
         poll_after_seconds(ahead=max(0, position - through - 1), pace=pace, paused=paused)
         for _pid, _used, state, position, through, pace, paused in refused
@@ -64,5 +67,11 @@ def admission_use(*, customer: User, product_ids: list[int]) -> None:
         product_ids=[row[0] for row in refused],
         queue_urls=[f"/v1/products/{row[0]}/queue" for row in refused],
         pass_states=[row[2] for row in refused],
-        retry_after_seconds=max(waits, default=settings.QUEUE_POLL_MIN_SECONDS),
+        # No placed waiting pass: a pass placed at the next advance (P_min), or no pass at all (join first: P_max).
+        retry_after_seconds=max(
+            waits,
+            default=settings.QUEUE_POLL_MIN_SECONDS
+            if any(row[2] == WAITING for row in refused)
+            else settings.QUEUE_POLL_MAX_SECONDS,
+        ),
     )

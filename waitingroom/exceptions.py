@@ -61,3 +61,24 @@ class AdmissionExpired(DomainError):
     default_message = "Your admission lapsed before you checked out; the turn went to the next in line."
 
     product_ids: list[int]
+
+
+class QueuePassInvalid(DomainError):
+    """The signed pass sent with a poll is forged, altered, malformed, or not this customer's pass of this id."""
+
+    code = "queue_pass_invalid"
+    http_status = 403
+    default_message = "This signed pass is not valid for you: poll without it, or join again to get yours."
+
+    pass_id: int
+
+
+class AdmissionUsed(DomainError):
+    """The customer's admission was already used by a checkout (one admission, one checkout): final, no Retry-After
+    (stored under an Idempotency-Key like other client errors)."""
+
+    code = "admission_used"
+    http_status = 409
+    default_message = "Your admission was already used by a checkout; one admission buys once."
+
+    product_ids: list[int]
