@@ -319,6 +319,8 @@ SHOP_CURRENCY = env("SHOP_CURRENCY", default="IDR")
 QUEUE_ADMIT_PER_SECOND = _int("QUEUE_ADMIT_PER_SECOND", 10, minimum=1)
 QUEUE_OPENS_BEFORE_SECONDS = _int("QUEUE_OPENS_BEFORE_SECONDS", 3600)
 ADMISSION_TTL_SECONDS = _int("ADMISSION_TTL_SECONDS", 120, minimum=1)
+# The most units of a queued product one admission buys (the queue admits as many buyers as there are units).
+QUEUE_UNITS_PER_ADMISSION = _int("QUEUE_UNITS_PER_ADMISSION", 2, minimum=1)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 # Where payment links point when the request's own address is not the public one.
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 
-from waitingroom.exceptions import AdmissionExpired, AdmissionRequired, AdmissionUsed
+from waitingroom.exceptions import AdmissionExpired, AdmissionRequired, AdmissionUnitsExceeded, AdmissionUsed
 from waitingroom.selectors import EXPIRED, NO_PASS, PASS_OWN_STATE_SQL, USED, WAITING, poll_after_seconds
 
 # One round trip: the products of the checkout that have a queue, the use of the customer's admission for each
@@ -41,13 +41,17 @@ SELECT queued.product_id, used.product_id IS NOT NULL AS used,
 """
 
 
-def admission_use(*, customer: User, product_ids: list[int]) -> None:
+def admission_use(*, customer: User, quantities: dict[int, int]) -> None:
     """Use the customer's admission for every product of the checkout that has a queue, or refuse the checkout:
     410 ``admission_expired`` if one lapsed, else 409 ``admission_required`` (with where to queue and a
     Retry-After, so a keyed checkout refused before its admission is not stored). Call it inside the checkout's
-    transaction."""
+    transaction. ``quantities``: the units of each queued product the checkout asks for; more than
+    QUEUE_UNITS_PER_ADMISSION of one is refused first (409 ``admission_units_exceeded``, the admission kept)."""
+    too_many = sorted(pid for pid, qty in quantities.items() if qty > settings.QUEUE_UNITS_PER_ADMISSION)
+    if too_many:
+        raise AdmissionUnitsExceeded(product_ids=too_many, max_units=settings.QUEUE_UNITS_PER_ADMISSION)
     with connection.cursor() as cursor:
-        cursor.execute(ADMISSION_USE_SQL, {"customer_id": customer.pk, "product_ids": sorted(product_ids)})
+        cursor.execute(ADMISSION_USE_SQL, {"customer_id": customer.pk, "product_ids": sorted(quantities)})
         rows = cursor.fetchall()
     refused = [row for row in rows if not row[1]]
     if not refused:

@@ -82,3 +82,15 @@ class AdmissionUsed(DomainError):
     default_message = "Your admission was already used by a checkout; one admission buys once."
 
     product_ids: list[int]
+
+
+class AdmissionUnitsExceeded(DomainError):
+    """A checkout asks for more units of a queued product than one admission buys (QUEUE_UNITS_PER_ADMISSION): the
+    queue admits no more buyers than units on the assumption that each buys few. Final; the admission is kept."""
+
+    code = "admission_units_exceeded"
+    http_status = 409
+    default_message = "One admission buys at most QUEUE_UNITS_PER_ADMISSION units of a queued product."
+
+    product_ids: list[int]
+    max_units: int

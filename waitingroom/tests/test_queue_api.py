@@ -92,7 +92,7 @@ def test_refused_joins_write_nothing(api, make_product):
 
 
 def test_checkout_of_a_queued_product_needs_an_admission_and_uses_it(api, make_product):
-    product = make_product(stock=5, max_per_customer=2)
+    product = make_product(stock=5, max_per_customer=1)
     queue_product(product, starts_in=-1)
 
     refused = checkout(api, product)
@@ -107,8 +107,16 @@ def test_checkout_of_a_queued_product_needs_an_admission_and_uses_it(api, make_p
     admitted = api.get(f"/v1/products/{product.pk}/queue").json()
     assert admitted["state"] == "admitted" and admitted["admitted_until"] and admitted["poll_after"] is None
 
-    too_many = checkout(api, product, qty=3)  # refused for quantity: the admission is kept
+    too_many = checkout(api, product, qty=2)  # refused for quantity: the admission is kept
     assert too_many.json()["code"] == "purchase_limit_exceeded"
+    assert api.get(f"/v1/products/{product.pk}/queue").json()["state"] == "admitted"
+    beyond = checkout(api, product, qty=3)  # more than one admission buys (QUEUE_UNITS_PER_ADMISSION = 2)
+    assert (beyond.status_code, beyond.json()["code"], beyond.json()["max_units"]) == (
+        409,
+        "admission_units_exceeded",
+        2,
+    )
+    assert "Retry-After" not in beyond
     assert api.get(f"/v1/products/{product.pk}/queue").json()["state"] == "admitted"
 
     bought = checkout(api, product)
