@@ -374,6 +374,9 @@ API_TOKEN_CACHE_SECONDS = _int("API_TOKEN_CACHE_SECONDS", 10)
 # How long a worker remembers a product it saw sold out and refuses it without a query: 250 ms, the measured choice
 # (docs/benchmarks.md#decisions; inventory/soldout.py never remembers longer). The test suite turns it off (0), so a
 # test that restocks a product sells it at once.
+# How old the public product page's stock and sale state may be (Cache-Control max-age and this process's memory of
+# the read; 0 = read every time, tests). Never a checkout's: it reads its own.
+PRODUCT_READ_MAX_AGE_SECONDS = _int("PRODUCT_READ_MAX_AGE_SECONDS", 1)
 SOLD_OUT_CACHE_MS = _int("SOLD_OUT_CACHE_MS", 250)
 if SOLD_OUT_CACHE_MS not in (0, 250):
     raise ImproperlyConfigured(

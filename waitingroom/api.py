@@ -79,6 +79,23 @@ class QueueApi(APIView):
         return poll_answer(queue_pass)
 
 
+def signed_poll_answer(*, customer_id: int, pass_id: int, token: str) -> JsonResponse:
+    """A poll with a signed pass: QueuePassInvalid for a forged or another customer's pass, QueueNotFound for a pass
+    that no longer exists; a new token (body and cookie) when the answer places the pass."""
+    signed = passtoken.pass_verify(token=token, customer_id=customer_id, pass_id=pass_id)
+    if signed is None:
+        raise QueuePassInvalid(pass_id=pass_id)
+    queue_pass = selectors.pass_poll(signed=signed)
+    if queue_pass is None:
+        raise QueueNotFound(pass_id=pass_id)
+    if queue_pass.position == signed.position:
+        return poll_answer(queue_pass)
+    body, new_token = signed_answer(queue_pass, customer_id)  # placed since it was signed: a new signed pass
+    response = JsonResponse(body)
+    set_pass_cookie(response, pass_id, new_token)
+    return response
+
+
 class QueuePassApi(APIView):
     """``/v1/queue/passes/<id>``: the same body, by the pass's id (another customer's pass is a 404). With the
     signed pass (header or cookie) a waiting pass is answered without the database; a signed pass that is forged
@@ -88,20 +105,9 @@ class QueuePassApi(APIView):
     def get(self, request: Request, pass_id: int) -> JsonResponse:
         customer_id = authenticated_customer(request).pk
         token = pass_token_sent(request, pass_id)
-        if token is None:
-            queue_pass = selectors.pass_get(customer_id=customer_id, pass_id=pass_id)
-            if queue_pass is None:
-                raise QueueNotFound(pass_id=pass_id)
-            return poll_answer(queue_pass)
-        signed = passtoken.pass_verify(token=token, customer_id=customer_id, pass_id=pass_id)
-        if signed is None:
-            raise QueuePassInvalid(pass_id=pass_id)
-        queue_pass = selectors.pass_poll(signed=signed)
+        if token is not None:
+            return signed_poll_answer(customer_id=customer_id, pass_id=pass_id, token=token)
+        queue_pass = selectors.pass_get(customer_id=customer_id, pass_id=pass_id)
         if queue_pass is None:
             raise QueueNotFound(pass_id=pass_id)
-        if queue_pass.position == signed.position:
-            return poll_answer(queue_pass)
-        body, token = signed_answer(queue_pass, customer_id)  # placed since it was signed: a new signed pass
-        response = JsonResponse(body)
-        set_pass_cookie(response, pass_id, token)
-        return response
+        return poll_answer(queue_pass)
