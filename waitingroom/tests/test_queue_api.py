@@ -247,3 +247,32 @@ def test_the_total_poll_rate_stays_under_the_stated_bound(waiting, settings):
     bound = 2 * pace * (1 + math.log(p_max / p_min)) + waiting / p_max
     assert rate <= bound
     assert rate > bound / 2  # the bound is not loose by orders of magnitude
+
+
+def seconds_late(raised_at: int, settings) -> float:
+    """10,000 ahead at 10 per second, the pace raised to 50 at ``raised_at``: how long after its admission a client
+    polling when told sees it (the signed poll's counters QUEUE_COUNTERS_MAX_AGE_SECONDS old)."""
+    position = 10_000
+    lag = settings.QUEUE_COUNTERS_MAX_AGE_SECONDS
+
+    def admitted_through(t: float) -> float:
+        return 10 * min(t, raised_at) + 50 * max(0.0, t - raised_at)
+
+    admitted_at = next(t / 10 for t in range(0, 10_000_000) if admitted_through(t / 10) >= position)
+    t = 0.0
+    while admitted_through(max(0.0, t - lag)) < position:  # what the poll sees: counters up to `lag` old
+        ahead = position - int(admitted_through(max(0.0, t - lag))) - 1
+        t += poll_after_seconds(ahead=ahead, pace=10 if t < raised_at else 50, paused=False)
+    return t - admitted_at
+
+
+@pytest.mark.parametrize("raised_at", [0, 50, 150, 190, 400])
+def test_a_client_that_obeys_poll_after_sees_its_admission_in_time_when_ops_raise_the_pace(raised_at, settings):
+    """With at least half the admission's TTL left, however the pace changes: poll_after is at most
+    QUEUE_POLL_MAX_SECONDS."""
+    assert seconds_late(raised_at, settings) <= settings.ADMISSION_TTL_SECONDS / 2
+
+
+def test_control_an_unbounded_poll_after_misses_the_admission_when_the_pace_is_raised(settings):
+    settings.QUEUE_POLL_MAX_SECONDS = 10**6  # half the ETA, no upper bound
+    assert seconds_late(50, settings) > settings.ADMISSION_TTL_SECONDS  # told 500 s, admitted at ~240 s: lapsed

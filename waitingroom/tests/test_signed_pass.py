@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from waitingroom import counters, passtoken, selectors, services
+from waitingroom.models import QueuePass
 from waitingroom.testing import admit_now, queue_product, reset_queue_clock, rewind_queue_clock, sale_starts_in
 
 pytestmark = pytest.mark.django_db
@@ -153,3 +154,18 @@ def test_admission_and_its_use_stay_exact_in_the_database(api, make_product):
     admitted = poll(api, url, token).json()  # at or before the serving counter: read from the database
     assert admitted["state"] == "admitted" and admitted["admitted_until"] is not None
     assert admitted["position"] == 1 and admitted["pass_token"] != token  # re-signed with its new position
+
+
+def test_before_the_opening_a_pass_reveals_nothing_of_its_draw(make_customer, make_product):
+    product = make_product(stock=5)
+    queue_product(product, starts_in=600)
+    answers = []
+    for _ in range(20):
+        client = client_for(make_customer())
+        url, token = join(client, product)
+        answers.append(poll(client, url, token).json())
+    draws = dict(QueuePass.objects.filter(product=product).values_list("id", "draw"))
+    assert len(set(draws.values())) == 20  # the draws differ
+    # every answer alike whatever the draw: the position unknown, the next poll at QUEUE_POLL_MAX_SECONDS
+    assert {(a["position"], a["ahead"], a["poll_after"]) for a in answers} == {(None, None, 30)}
+    assert "draw" not in passtoken.SignedPass.__dataclass_fields__  # nor does the signed pass carry it
