@@ -5,7 +5,7 @@ are exactly what the audit vouches for. Late payments and refunds come from the 
 
 - orders / units / revenue: the orders created since ``since`` that have a line of the product, by status
   (``expired`` = cancelled with ``payment_timeout``; ``cancelled`` = by the customer or staff);
-  revenue = the paid lines' ``qty * unit_price``;
+  revenue = the paid lines' ``qty * unit_price``, one sum per order currency (never added across currencies);
 - units sold is checked against the ledger: the ``consume`` rows of those orders must add up to the same number;
 - units available over time: the running sum of the product's ledger ``available_delta`` (its whole history, so
   the curve ends at today's counter); sold out = the first ledger row from the opening on that leaves 0 available;
@@ -37,7 +37,7 @@ PRODUCT_SQL = f"""
 """
 # The orders created since the opening that have a line of the product: one row each.
 ORDERS_SQL = """
-    SELECT o.id, o.status, o.cancel_reason, l.qty, l.qty * l.unit_price
+    SELECT o.id, o.status, o.cancel_reason, l.qty, l.qty * l.unit_price, o.currency
       FROM orders o JOIN order_lines l ON l.order_id = o.id AND l.product_id = %(product)s
      WHERE o.created_at >= %(since)s
 """
@@ -64,7 +64,7 @@ class SaleReport:
     pending: int = 0
     units_sold: int = 0
     units_sold_by_ledger: int = 0
-    revenue: Decimal = Decimal("0.00")
+    revenue: dict[str, Decimal] = dataclasses.field(default_factory=dict)  # currency -> paid lines' sum
     available_now: int = 0
     reserved_now: int = 0
     available_at_opening: int = 0
@@ -123,12 +123,12 @@ def sale_report(*, product_id: int, since: dt.datetime | None = None) -> SaleRep
 
 def _count_orders(report: SaleReport, orders: list[tuple[Any, ...]]) -> None:
     """Orders by status, units sold and revenue (ORDERS_SQL's rows)."""
-    for _order_id, status, reason, qty, amount in orders:
+    for _order_id, status, reason, qty, amount, currency in orders:
         report.orders += 1
         if status == PAID:
             report.paid += 1
             report.units_sold += qty
-            report.revenue += amount
+            report.revenue[currency] = report.revenue.get(currency, Decimal("0.00")) + amount
         elif status == PENDING:
             report.pending += 1
         elif status == CANCELLED and reason == TIMEOUT:

@@ -5,7 +5,7 @@ A cart holds no stock, and creating or replacing one locks no stock row: its ite
 sale: 400, 422), and only the cart's own rows are written. Stock is reserved when the cart is checked out.
 
 A cart checkout is one transaction: the cart is claimed by one conditional UPDATE (``… WHERE status = 'open' AND
-expires_at > now()``), its first lock after the idempotency key, if any (the lock order is in ``skincare.locks``);
+expires_at > now()``), its first lock after the idempotency key, if any (the lock order is in docs/locking.md);
 then the checkout's two phases run on its items, ``payments.checkout.order_open`` and, once the cart is linked to
 its order, ``payments.checkout.order_stock_reserve``. Concurrent checkouts of one cart queue on its row, and once
 the winner commits every other one finds it ``checked_out`` (409 with its order id). Under an ``Idempotency-Key``
@@ -68,7 +68,7 @@ RETURNING expires_at
 
 
 # Open carts per customer are capped (MAX_OPEN_CARTS_PER_CUSTOMER): counted after taking the customer's checkout
-# lock (step 3 of skincare.locks; a create takes no other lock, and inserts only new rows), so concurrent creates of
+# lock (step 3 of docs/locking.md; a create takes no other lock, and inserts only new rows), so concurrent creates of
 # one customer queue and the cap is exact. The count is its own statement, whose snapshot follows the lock.
 _OPEN_CARTS_SQL = """
 SELECT count(*) FROM carts WHERE customer_id = %(customer_id)s AND status = %(open)s AND expires_at > now()
@@ -127,7 +127,7 @@ def _refusal(*, customer: User, cart_id: uuid.UUID) -> DomainError:
 
 
 # The claim of an open, unexpired cart: the first lock of a replace or a checkout, after a keyed checkout's
-# idempotency key (skincare.locks). A concurrent claimer waits here for the row; READ COMMITTED then re-checks the
+# idempotency key (docs/locking.md). A concurrent claimer waits here for the row; READ COMMITTED then re-checks the
 # WHERE on the committed version.
 _TOUCH_SQL = """
 UPDATE carts SET expires_at = now() + make_interval(secs => %(ttl)s), updated_at = now()
@@ -203,7 +203,7 @@ def cart_checkout(*, customer: User, cart_id: uuid.UUID) -> OrderView:
     """Turn the customer's open cart into a ``pending_payment`` order, at most once.
 
     One transaction: the cart is claimed by a conditional UPDATE (``status = 'open' AND expires_at > now()``), which
-    takes its row lock (``skincare.locks``); then the checkout's two phases run on its items
+    takes its row lock (docs/locking.md); then the checkout's two phases run on its items
     (``payments.checkout.order_open``, then ``order_stock_reserve``), with the cart linked to its order between them,
     so nothing is added while a stock row is locked. A refusal of the checkout (409 stock_conflict, 422, …) rolls
     the claim back with everything else: the cart stays open. Raises CartNotFound, CartExpired, CartCheckedOut and

@@ -232,9 +232,10 @@ def _database():
     # Waiting for a row lock is bounded: a request that cannot get its lock in time fails with 55P03 and becomes a
     # 503 with Retry-After instead of piling up behind a stuck transaction. Talking to PostgreSQL directly, both
     # bounds go in the libpq ``options`` startup parameter, so every statement is bounded: services, reads, the
-    # admin, migrations. PgBouncer refuses that parameter, so DB_PGBOUNCER=true leaves it out, and then each service
-    # transaction run by skincare.db.retry_transient sets both bounds itself with SET LOCAL (which survives a
-    # transaction-mode pooler); other statements run with the server's defaults.
+    # admin, migrations. PgBouncer refuses that parameter, so DB_PGBOUNCER=true leaves it out: then every statement
+    # runs with the role's defaults in the database, which `manage.py migrate` sets to the same two values (the
+    # start-up check skincare.E014 refuses a pooled process without them), and each service transaction run by
+    # skincare.db.retry_transient also sets both with SET LOCAL (which survives a transaction-mode pooler).
     if not PGBOUNCER:
         options.setdefault(
             "options", f"-c lock_timeout={DB_LOCK_TIMEOUT_MS} -c statement_timeout={DB_STATEMENT_TIMEOUT_MS}"

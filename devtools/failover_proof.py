@@ -4,7 +4,7 @@ Pure logic, no database and no Django: :func:`check` takes the request history r
 snapshot read from the leader after the failover, and returns every violation it finds (an empty list = proven).
 ``skincare/tests/test_failover_proof.py`` feeds it fabricated bad histories to show that each check can fail.
 
-The checks (issue 21, item 3 and 4):
+The checks:
 
 - every checkout answered 201 exists, with exactly the lines it was answered with and one reservation per line;
 - every ``Idempotency-Key`` maps to at most one order: all 201 answers for a key name the same order (a retry

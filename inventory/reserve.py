@@ -17,7 +17,7 @@ row, its reserve ledger row, and the bucket it took named on the reservation. Re
 from the bucket the reservation names (:class:`ReservedUnits`); a reservation without one, or whose bucket does not
 hold its units, is :class:`InventoryCorrupted`.
 
-Stock rows are lock order step 8 (``skincare.locks``), advisory keys step 7. These functions run inside the caller's
+Stock rows are lock order step 8 (docs/locking.md), advisory keys step 7. These functions run inside the caller's
 transaction with ``savepoint=False``: no SAVEPOINT/RELEASE round trips, and a failure aborts the whole transaction.
 """
 

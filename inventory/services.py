@@ -3,7 +3,7 @@
 Each is a top-level service run by the one transaction runner (``skincare.db.retry_transient``): behind PgBouncer its
 transaction gets the lock and statement timeouts, a deadlock or serialization failure runs it again, a lock or
 statement timeout is :class:`~skincare.errors.ServiceBusy` (503). Each locks every stock row of the product in bucket
-order (``inventory.buckets.lock_all_buckets``: lock order step 8, ``skincare.locks``), so it is safe during a sale:
+order (``inventory.buckets.lock_all_buckets``: lock order step 8, docs/locking.md), so it is safe during a sale:
 checkouts keep their reservations, units are moved with guarded updates, and every unit moved has its ledger row.
 A checkout's reservations are in ``inventory.reserve``; new products and sale windows in ``inventory.catalogue``.
 """

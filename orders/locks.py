@@ -1,4 +1,4 @@
-"""Locks on orders and then their reservations (steps 5 and 6 of the lock order in ``skincare.locks``)."""
+"""Locks on orders and then their reservations (steps 5 and 6 of the lock order in docs/locking.md)."""
 
 from django.contrib.auth.models import User
 

@@ -2,7 +2,7 @@
 checkout, ``payments.checkout``, whose one statement writes it with everything that belongs to it.)
 
 Every transition is a conditional update (``WHERE status = 'pending_payment'``) taking lock order steps 5, 6 and 8
-(``skincare.locks``). Each reservation's units go back to, or leave from, the stock row (bucket) the reservation
+(docs/locking.md). Each reservation's units go back to, or leave from, the stock row (bucket) the reservation
 names (``inventory.reserve``). The reservation rows (``Reservation``) are orders': they are written here, by
 ``payments.checkout.ORDER_SQL`` (inserted with their order) and, for the bucket a reservation names, by the reserve
 statement of ``inventory.reserve``.

@@ -2,7 +2,7 @@ import hashlib
 import json
 import logging
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -32,7 +32,7 @@ def idempotency_key(request: Request) -> str | None:
     key = request.headers.get(IDEMPOTENCY_KEY_HEADER)
     if key is None:
         return None
-    if not 1 <= len(key) <= 255 or not all(" " <= char <= "~" for char in key):
+    if not validation.is_idempotency_key(key):
         raise InvalidInput(
             "Idempotency-Key must be 1 to 255 printable ASCII characters.",
             fields={IDEMPOTENCY_KEY_HEADER: ["1 to 255 printable ASCII characters."]},
@@ -93,10 +93,11 @@ class CheckoutApi(CheckoutEndpoint):
         return keyed_checkout_response(request, answer)
 
 
-# A payment event's currency: three capital letters (compared with the order's, payments.services).
-CURRENCY_CODE = re.compile(r"[A-Z]{3}")
-# payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
-MAX_AMOUNT = Decimal("9999999999.99")
+# A payment event's currency (in either case) and its other limits: payments.schemas, which the document states.
+CURRENCY_CODE = re.compile(schemas.CURRENCY_CODE_PATTERN)
+EVENT_ID = re.compile(schemas.EVENT_ID_PATTERN)
+AMOUNT = re.compile(schemas.AMOUNT_PATTERN)
+MAX_AMOUNT = schemas.WEBHOOK_MAX_AMOUNT
 
 
 def _postgres_can_store(text: str) -> bool:
@@ -132,8 +133,8 @@ def parse_webhook(data: Any) -> dict[str, Any]:
     event_id = data.get("event_id")
     if (
         not isinstance(event_id, str)
-        or not event_id.strip()
-        or len(event_id) > 200
+        or not EVENT_ID.fullmatch(event_id)
+        or len(event_id) > schemas.WEBHOOK_TEXT_MAX_LENGTH
         or not _postgres_can_store(event_id)
     ):
         errors["event_id"] = ["A non-empty string of at most 200 characters."]
@@ -143,23 +144,18 @@ def parse_webhook(data: Any) -> dict[str, Any]:
     if not validation.is_positive_bigint(order_id):
         errors["order_id"] = ["A positive integer."]
     amount = data.get("amount")
-    try:
-        parsed_amount = Decimal(amount) if isinstance(amount, str) else None
-    except InvalidOperation:
-        parsed_amount = None
-    if (
-        parsed_amount is None
-        or not parsed_amount.is_finite()
-        or parsed_amount < 0
-        or parsed_amount > MAX_AMOUNT
-        or int(parsed_amount.as_tuple().exponent) < -2  # finite, so the exponent is a number
-    ):
+    parsed_amount = Decimal(amount) if isinstance(amount, str) and AMOUNT.fullmatch(amount) else None
+    if parsed_amount is None or parsed_amount > MAX_AMOUNT:
         errors["amount"] = ['A decimal string such as "123.00".']
     currency = data.get("currency")
     if not isinstance(currency, str) or not CURRENCY_CODE.fullmatch(currency):
         errors["currency"] = ['An ISO 4217 code such as "IDR" (required on every event).']
     reference = data.get("provider_reference", "")
-    if not isinstance(reference, str) or len(reference) > 200 or not _postgres_can_store(reference):
+    if (
+        not isinstance(reference, str)
+        or len(reference) > schemas.WEBHOOK_TEXT_MAX_LENGTH
+        or not _postgres_can_store(reference)
+    ):
         errors["provider_reference"] = ["A string of at most 200 characters."]
     if not errors and not _all_postgres_can_store(data):
         errors["body"] = ["Strings must not contain U+0000 or unpaired surrogates."]
@@ -170,7 +166,7 @@ def parse_webhook(data: Any) -> dict[str, Any]:
         "event_type": data["type"],
         "order_id": order_id,
         "amount": parsed_amount,
-        "currency": currency,
+        "currency": currency.upper(),
         "provider_reference": reference,
     }
 

@@ -39,7 +39,7 @@ unkeyed checkout that has written nothing yet (steps 3 to 5 unless an admission 
    again, up to ``INVENTORY_OPTIMISTIC_ATTEMPTS`` attempts in all).
 
 Payments sits at the top of the layers, so this module may know every table the statements touch; their text lives
-here and nowhere else. The locks they take are lock order steps 3, 4 and 8 (``skincare.locks``).
+here and nowhere else. The locks they take are lock order steps 3, 4 and 8 (docs/locking.md).
 """
 
 import json

@@ -1,30 +1,63 @@
 """OpenAPI descriptions of the payments endpoints (checkout, webhook); applied to the views in payments/api.py."""
 
+from decimal import Decimal
+
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
 from orders.schemas import OrderSerializer
+from skincare import validation
 from skincare.openapi import BUSY, INTERNAL, UNAUTHORIZED, error
+
+# The webhook's limits, enforced by payments.api.parse_webhook with these same patterns and stated by the document
+# below. No U+0000 anywhere: PostgreSQL text cannot hold it.
+WEBHOOK_TEXT_MAX_LENGTH = 200  # event_id, provider_reference
+# An event id: at least one character other than ASCII whitespace.
+EVENT_ID_PATTERN = r"^[^\u0000]*[^\u0000\t\n\u000b\u000c\r ][^\u0000]*$"
+PROVIDER_REFERENCE_PATTERN = r"^[^\u0000]*$"
+CURRENCY_CODE_PATTERN = "^[A-Za-z]{3}$"  # ISO 4217, either case
+# payment_attempts.received_amount is NUMERIC(12, 2): a larger figure could never be recorded.
+WEBHOOK_MAX_AMOUNT = Decimal("9999999999.99")
+# A decimal string of 0 to WEBHOOK_MAX_AMOUNT with at most two decimals (no sign, no exponent, no spaces).
+AMOUNT_PATTERN = r"^[0-9]{1,10}(\.[0-9]{1,2})?$"
 
 
 class CheckoutItemSerializer(serializers.Serializer):
-    product_id = serializers.IntegerField(min_value=1)
-    qty = serializers.IntegerField(min_value=1, help_text="At most CHECKOUT_MAX_QTY (default 100) per product.")
+    product_id = serializers.IntegerField(min_value=1, max_value=validation.BIGINT_MAX)
+    qty = serializers.IntegerField(
+        min_value=1,
+        max_value=settings.CHECKOUT_MAX_QTY,
+        help_text="At most CHECKOUT_MAX_QTY units of one product per order (the lines of one product added up).",
+    )
 
 
 class CheckoutRequestSerializer(serializers.Serializer):
-    items = CheckoutItemSerializer(many=True, help_text="1 to CHECKOUT_MAX_ITEMS (default 20) lines.")
+    items = serializers.ListField(
+        child=CheckoutItemSerializer(),
+        min_length=1,
+        max_length=settings.CHECKOUT_MAX_ITEMS,
+        help_text="1 to CHECKOUT_MAX_ITEMS lines.",
+    )
 
 
 class WebhookEventSerializer(serializers.Serializer):
-    event_id = serializers.CharField(max_length=200, help_text="Each event id takes effect exactly once.")
-    type = serializers.ChoiceField(choices=["payment.succeeded", "payment.failed"])
-    order_id = serializers.IntegerField(min_value=1)
-    amount = serializers.DecimalField(max_digits=12, decimal_places=2, coerce_to_string=True)
-    currency = serializers.CharField(
-        min_length=3, max_length=3, help_text="ISO 4217 code; any other than the order's is a `currency_mismatch`."
+    event_id = serializers.RegexField(
+        EVENT_ID_PATTERN,
+        max_length=WEBHOOK_TEXT_MAX_LENGTH,
+        help_text="Each event id takes effect exactly once (not only whitespace).",
     )
-    provider_reference = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    type = serializers.ChoiceField(choices=["payment.succeeded", "payment.failed"])
+    order_id = serializers.IntegerField(min_value=1, max_value=validation.BIGINT_MAX)
+    amount = serializers.RegexField(AMOUNT_PATTERN, help_text=f"A decimal string, at most {WEBHOOK_MAX_AMOUNT}.")
+    currency = serializers.RegexField(
+        CURRENCY_CODE_PATTERN,
+        help_text="ISO 4217 code, either case; any other than the order's is a `currency_mismatch`.",
+    )
+    # Blank allowed by the pattern itself (DRF's allow_blank would document a oneOf that "" matches twice).
+    provider_reference = serializers.RegexField(
+        PROVIDER_REFERENCE_PATTERN, max_length=WEBHOOK_TEXT_MAX_LENGTH, required=False
+    )
 
 
 class WebhookResultSerializer(serializers.Serializer):
@@ -45,7 +78,12 @@ class WebhookResultSerializer(serializers.Serializer):
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": validation.IDEMPOTENCY_KEY_MAX_LENGTH,
+        "pattern": validation.IDEMPOTENCY_KEY_PATTERN,
+    },
     OpenApiParameter.HEADER,
     required=False,
     description=(

@@ -137,7 +137,7 @@ def payment_event_apply(
     ``failed``. A charge already on record (same provider reference, reported again under a new event id) changes
     nothing and reports that attempt's outcome again (:func:`_decide`).
 
-    Locks: lock order steps 1, 5, 6 and 8 (``skincare.locks``).
+    Locks: lock order steps 1, 5, 6 and 8 (docs/locking.md).
     """
     if not _record_event(event_id=event_id, event_type=event_type, order_id=order_id, payload=payload):
         return Outcome.DUPLICATE

@@ -23,7 +23,8 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from skincare.db import is_connection_failure
+from skincare import metrics
+from skincare.db import is_busy, is_connection_failure, sqlstate
 from skincare.errors import (
     DRF_CODES,
     DatabaseUnavailable,
@@ -149,9 +150,14 @@ def payload_too_large_body() -> dict[str, Any]:
 
 def outage_error(exc: BaseException) -> DomainError | None:
     """The 503 that an exception outside the domain stands for, else None: a database that cannot be reached
-    (wherever it surfaced: authentication, a middleware, a view), or a retryable error raised by a service."""
+    (wherever it surfaced: authentication, a middleware, a view), a retryable error raised by a service, or a lock
+    or statement timeout that cut a read outside any service (the database's bounds, skincare.db)."""
     if isinstance(exc, (DatabaseUnavailable, ServiceBusy)):
         return exc
+    if is_busy(exc):
+        metrics.DB_BUSY.labels(sqlstate=sqlstate(exc)).inc()
+        logger.warning("database busy: %s", exc)
+        return ServiceBusy()
     if is_connection_failure(exc):
         logger.warning("database unavailable: %s", exc)
         return DatabaseUnavailable()

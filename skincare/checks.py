@@ -9,7 +9,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, ProgrammingError
 
-from skincare import demo
+from skincare import db, demo
 from skincare.validation import parse_rate
 
 # The checks that make production refuse the demo (here and in payments/checks.py). manage.py runs exactly these
@@ -102,6 +102,36 @@ def production_trusted_proxies(app_configs: Any = None, **kwargs: Any) -> list[c
         )
         for network in too_wide(networks)
     ]
+
+
+POOLED_TIMEOUTS = "skincare.E014"
+
+
+@checks.register()
+def pooled_connection_timeouts(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Behind PgBouncer (``DB_PGBOUNCER=true``) the settings cannot put the bounds on the connection: every statement
+    outside a service transaction runs with the database's defaults for the role. Fails closed: none, or looser than
+    DB_LOCK_TIMEOUT_MS / DB_STATEMENT_TIMEOUT_MS, is an error (a database that cannot be asked: a warning)."""
+    if not settings.PGBOUNCER:
+        return []
+    hint = (
+        "Run `python manage.py migrate` against the primary (it sets the role's defaults in this database from "
+        "DB_LOCK_TIMEOUT_MS and DB_STATEMENT_TIMEOUT_MS), then RECONNECT in PgBouncer's console (docs/operations.md)."
+    )
+    try:
+        lock_ms, statement_ms = db.session_timeouts_ms()
+    except DatabaseError as exc:  # nothing runs unbounded on a database that does not answer; a worker still boots
+        message = f"could not read the pooled connection's timeouts: {exc}".strip()
+        return [checks.Warning(message, hint=hint, id="skincare.W014")]
+    problems = [
+        f"{name} is {'unbounded' if found == 0 else f'{found} ms'} on a pooled connection; {setting} is {wanted} ms"
+        for name, found, setting, wanted in (
+            ("lock_timeout", lock_ms, "DB_LOCK_TIMEOUT_MS", settings.DB_LOCK_TIMEOUT_MS),
+            ("statement_timeout", statement_ms, "DB_STATEMENT_TIMEOUT_MS", settings.DB_STATEMENT_TIMEOUT_MS),
+        )
+        if found == 0 or found > wanted
+    ]
+    return [checks.Error(problem, hint=hint, id=POOLED_TIMEOUTS) for problem in problems]
 
 
 CURRENCY_CODE = re.compile(r"[A-Z]{3}")

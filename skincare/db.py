@@ -1,7 +1,6 @@
 """Database helpers shared by every app: the transaction runner (transient-error retries, per-transaction timeouts
 behind PgBouncer, the isolation level), the atomic block whose refusals commit while nothing was written (the
-checkout's), outage detection, the database clock. Locks and their order are in
-``skincare.locks``."""
+checkout's), outage detection, the database clock. The lock order is docs/locking.md; its advisory keys are ``skincare.locks``'."""
 
 import functools
 import logging
@@ -59,6 +58,41 @@ def is_connection_failure(exc: BaseException) -> bool:
 # (PgBouncer), where the libpq ``options`` startup parameter is refused (1.18) or silently dropped.
 SAVEPOINT_SQL = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
 TIMEOUTS_SQL = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
+
+
+# Behind PgBouncer every other statement (reads in autocommit: queue polls, the sale board, the admin, metrics) is
+# bounded by the database's own defaults for the application's role in its database, which every server connection
+# the pooler opens starts with: ``manage.py migrate`` (a direct connection) sets them from the settings
+# (:func:`role_timeouts_set`), and the start-up check ``skincare.E014`` refuses a pooled process whose connection
+# reports none, or looser ones (:data:`SESSION_TIMEOUTS_SQL`, in milliseconds; 0 is none).
+ROLE_TIMEOUTS_SQL = "ALTER ROLE CURRENT_USER IN DATABASE {database} SET {name} = {value}"
+SESSION_TIMEOUTS_SQL = (
+    "SELECT current_setting('lock_timeout')::interval, current_setting('statement_timeout')::interval"
+)
+
+
+def role_timeouts_set(*, lock_timeout_ms: int, statement_timeout_ms: int) -> None:
+    """The application role's default ``lock_timeout``/``statement_timeout`` in the current database: every new
+    session of the role there starts with them (a PgBouncer server connection included) unless its startup options
+    say otherwise. ``ALTER ROLE`` takes no bind parameters: the values are integers, the name is quoted."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_database()")
+        database = connection.ops.quote_name(cursor.fetchone()[0])
+        for name, value in (("lock_timeout", lock_timeout_ms), ("statement_timeout", statement_timeout_ms)):
+            cursor.execute(ROLE_TIMEOUTS_SQL.format(database=database, name=name, value=f"'{int(value)}ms'"))
+
+
+def session_timeouts_ms() -> tuple[int, int]:
+    """This connection's ``(lock_timeout, statement_timeout)`` in milliseconds (0: unbounded)."""
+    with connection.cursor() as cursor:
+        cursor.execute(SESSION_TIMEOUTS_SQL)
+        lock, statement = cursor.fetchone()
+    return int(lock.total_seconds() * 1000), int(statement.total_seconds() * 1000)
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True when ``exc`` is a lock or statement timeout (:data:`BUSY_SQLSTATES`), wherever it was raised."""
+    return isinstance(exc, OperationalError) and sqlstate(exc) in BUSY_SQLSTATES
 
 
 def transaction_timeouts() -> tuple[str, str]:

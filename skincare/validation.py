@@ -8,7 +8,16 @@ from typing import Any, TypeGuard, cast
 
 from skincare.errors import InvalidInput
 
+# The limits below are what the validation enforces and what the OpenAPI document states (the schemas modules build
+# their fields from these constants; skincare/tests/test_openapi_limits.py compares the document with them).
 BIGINT_MAX = 2**63 - 1
+# An Idempotency-Key header: 1 to 255 printable ASCII characters (U+0020 to U+007E).
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+IDEMPOTENCY_KEY_PATTERN = rf"^[ -~]{{1,{IDEMPOTENCY_KEY_MAX_LENGTH}}}$"
+
+
+def is_idempotency_key(value: str) -> bool:
+    return 1 <= len(value) <= IDEMPOTENCY_KEY_MAX_LENGTH and all(" " <= char <= "~" for char in value)
 
 
 def is_int(value: Any) -> TypeGuard[int]:

@@ -4,7 +4,7 @@
 written. For each product of the checkout that has a queue, one statement marks the customer's admitted, unlapsed
 pass ``used``; a product with no such pass refuses the checkout (409 ``admission_required`` or 410
 ``admission_expired``). The row it updates is the customer's own pass, already serialised by the customer's
-checkout lock (step 3 of ``skincare.locks``): no other customer's checkout ever waits for it, and the advancer
+checkout lock (step 3 of docs/locking.md): no other customer's checkout ever waits for it, and the advancer
 never updates an admitted pass. A checkout refused later (stock, limits) rolls the use back with everything else,
 so the admission stays valid until it lapses. The checkout calls it only for the products its quote read found
 queued (``payments.checkout.QUOTES_SQL``): a product without a queue costs no statement here.

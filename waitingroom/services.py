@@ -11,7 +11,7 @@
 * ``queue_set`` / ``queue_reset`` / ``queue_remove`` / ``queue_pause`` — the admin's and ``flash_sale_setup
   --queue``'s changes (``backoffice.sale_setup``); a reset or removal excludes joins for its transaction.
 
-Lock order (``skincare.locks``): a ``product_queues`` row, then ``queue_passes`` rows of waiting passes; a checkout
+Lock order (docs/locking.md): a ``product_queues`` row, then ``queue_passes`` rows of waiting passes; a checkout
 takes only its customer's own admitted pass (``waitingroom.admission``), a row the advancer never updates.
 """
 

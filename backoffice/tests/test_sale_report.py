@@ -18,6 +18,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.db.models import F, Sum
 
+from backoffice.sale_report import sale_report
 from devtools.testing import assert_invariants, make_overdue, wait_until
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
@@ -119,7 +120,7 @@ def test_the_report_is_exact_against_orders_ledger_and_audit(make_product, make_
     assert units_sold == consumed == consumed_reservations == 14
     assert figure(text, "units sold") == f"{units_sold} (stock ledger: {consumed} consumed)"
     assert revenue == Decimal("99000.00") * 14
-    assert figure(text, "revenue") == f"{revenue:.2f}"
+    assert figure(text, "revenue") == f"{revenue:.2f} {settings.SHOP_CURRENCY}"
     counts = {
         "paid": mine.filter(status="paid").count(),
         "expired": mine.filter(status="cancelled", cancel_reason="payment_timeout").count(),
@@ -179,3 +180,28 @@ def test_the_report_refuses_figures_the_audit_does_not_vouch_for(make_product, t
         )
     with pytest.raises(CommandError, match="the audit found"):
         run_report("--product", str(product.pk), "--png", str(tmp_path / "report.png"))
+
+
+def test_revenue_is_one_sum_per_currency_never_added_across(make_product, make_customer, tmp_path):
+    """Two paid orders, one in the shop's currency and one stamped in another (a shop that changed SHOP_CURRENCY
+    between sales): the report shows each currency's own sum, never 100 + 100 of two money units as 200."""
+    product = make_product(stock=5, price="100.00")
+    first, second = (buy(make_customer(), [(product.pk, 1)]) for _ in range(2))
+    assert pay(first) == "paid"
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE orders SET currency = 'USD' WHERE id = %s", [second.pk])
+    second.refresh_from_db()
+    paid = payment_services.payment_event_apply(
+        event_id=f"evt-usd-{second.pk}",
+        event_type="payment.succeeded",
+        order_id=second.pk,
+        amount=second.total,
+        currency="USD",
+    )
+    assert paid == "paid"
+
+    report = sale_report(product_id=product.pk)
+    text = run_report("--product", str(product.pk), "--png", str(tmp_path / "report.png"))
+
+    assert report.revenue == {settings.SHOP_CURRENCY: Decimal("100.00"), "USD": Decimal("100.00")}
+    assert figure(text, "revenue") == f"100.00 {settings.SHOP_CURRENCY}, 100.00 USD"

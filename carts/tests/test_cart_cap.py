@@ -1,6 +1,6 @@
-"""Open carts per customer are capped (issue 27): a customer could otherwise create carts without limit (each row
-lives CART_RETENTION_SECONDS). Over MAX_OPEN_CARTS_PER_CUSTOMER → 409 ``too_many_open_carts``, nothing written; the
-cap holds under concurrent creates (+ control: counting without the customer's lock lets every racer through)."""
+"""Open carts per customer are capped: a customer could otherwise create carts without limit (each row lives
+CART_RETENTION_SECONDS). Over MAX_OPEN_CARTS_PER_CUSTOMER → 409 ``too_many_open_carts``, nothing written; an
+expired or checked-out cart no longer counts; the cap holds under concurrent creates (+ control: counting without the customer's lock lets every racer through)."""
 
 import threading
 
@@ -42,6 +42,21 @@ def test_a_customer_over_the_cap_gets_409_and_nothing_is_written(api, make_produ
     services.cart_create(customer=other, items=[(product.pk, 1)])
     settings.MAX_OPEN_CARTS_PER_CUSTOMER = 0  # 0 = no cap
     assert create(api, product).status_code == 201
+
+
+@pytest.mark.django_db
+def test_a_checked_out_cart_no_longer_counts_against_the_cap(api, make_product, settings):  # type: ignore[no-untyped-def]
+    settings.MAX_OPEN_CARTS_PER_CUSTOMER = 2
+    product = make_product(stock=5)
+    first, _second = (create(api, product).json()["cart_id"] for _ in range(2))
+    assert create(api, product).json()["code"] == "too_many_open_carts"
+
+    assert api.post(f"/v1/carts/{first}/checkout").status_code == 201
+
+    assert create(api, product).status_code == 201  # two open again: the checked-out one is an order now
+    assert create(api, product).json()["code"] == "too_many_open_carts"
+    assert Cart.objects.filter(status=Cart.Status.CHECKED_OUT).count() == 1
+    assert Cart.objects.filter(status=Cart.Status.OPEN).count() == 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,7 +1,6 @@
-"""Every read of a product's stock reads that product's own stock rows, never every product's (the lost fifth of issue
-26, docs/benchmarks.md): when ``inventories`` became a view of the stock rows' sums (the stock-bucket merge), the
-checkout's quote read kept joining it, and PostgreSQL summed every product's rows on every checkout (HashAggregate
-over a scan of ``stock_buckets``: PostgreSQL CPU per checkout 1.3-1.5x, until STOCK_SUM_SQL's LATERAL join).
+"""Every read of a product's stock reads that product's own stock rows, never every product's: a join with the
+``inventories`` view (the stock rows' sums) makes PostgreSQL sum every product's rows on every request (HashAggregate
+over a scan of ``stock_buckets``); ``inventory.selectors.STOCK_SUM_SQL``'s LATERAL join reads one product's rows.
 
 Each statement that reads stock per request runs under ``EXPLAIN ANALYZE`` for one product among many; the stock
 rows its plan reads (rows returned + rows a filter removed, times loops) must be that product's. The planner is

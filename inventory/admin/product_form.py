@@ -2,7 +2,7 @@
 window or price over a newer one (a sale that ops just ended would resume), as the stock forms refuse a stale count.
 
 The form carries, hidden, a digest of the product's editable fields as they were when the page was loaded. Saving
-locks the product row (``FOR NO KEY UPDATE``: lock order step 7 in ``skincare.locks``, as ``stock_buckets_set`` takes it) and refuses when the row's current fields no longer
+locks the product row (``FOR NO KEY UPDATE``: lock order step 7 in docs/locking.md, as ``stock_buckets_set`` takes it) and refuses when the row's current fields no longer
 match that digest, however they were changed (another admin page, ``flash_sale_setup``, a service's UPDATE)."""
 
 import hashlib

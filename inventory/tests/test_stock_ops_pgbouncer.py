@@ -118,10 +118,13 @@ def test_control_without_the_runner_an_ops_write_behind_pgbouncer_has_no_lock_ti
     settings,  # type: ignore[no-untyped-def]
 ) -> None:
     """What the ops writes ran with before they had the runner: behind PgBouncer no startup options, no SET LOCAL,
-    so the stock rows are locked with the server's lock_timeout (0: wait for ever)."""
+    so the stock rows are locked with the role's default lock_timeout in the database (what migrate set from the
+    test settings' DB_LOCK_TIMEOUT_MS), not the runner's tighter one."""
     product = make_product(stock=5)
+    role_default_ms = settings.DB_LOCK_TIMEOUT_MS  # migrate set the role's default from it (before `through`)
     unbounded = services.stock_adjust.__wrapped__  # type: ignore[attr-defined]  # the @transaction.atomic function
     with through(bouncer, settings) as sent:
         unbounded(product_id=product.pk, delta=1, note="no runner")
     assert TIMEOUTS_SQL not in sent
-    assert sent[sent.index(LOCK_ALL_BUCKETS_SQL) + 1] == "0"
+    shown = f"{role_default_ms // 1000}s" if role_default_ms % 1000 == 0 else f"{role_default_ms}ms"
+    assert sent[sent.index(LOCK_ALL_BUCKETS_SQL) + 1] == shown

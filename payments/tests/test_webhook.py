@@ -259,7 +259,8 @@ MALFORMED_BODIES = {
     "amount huge exponent": (_with(amount="1E+30"), "invalid_request", "amount"),
     # Every event carries its currency: without one the amount means nothing.
     "no currency": (_without("currency"), "invalid_request", "currency"),
-    "currency lowercase": (_with(currency="idr"), "invalid_request", "currency"),
+    "currency with a digit": (_with(currency="ID1"), "invalid_request", "currency"),
+    "currency not ASCII": (_with(currency="İDR"), "invalid_request", "currency"),
     "currency number": (_with(currency=360), "invalid_request", "currency"),
     "currency too long": (_with(currency="IDRX"), "invalid_request", "currency"),
     "currency empty": (_with(currency=""), "invalid_request", "currency"),
@@ -385,6 +386,21 @@ def test_another_currency_is_a_mismatch_never_a_payment(order, amount):
     assert after["events"] == [("evt-1", "currency_mismatch", order.pk)]
     # Control: the same event in the order's currency pays it.
     assert deliver(event(order, event_id="evt-2", reference="ch_2")).json()["status"] == "paid"
+    assert_invariants()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("sent", "outcome", "recorded"), [("idr", "paid", "IDR"), ("jpY", "currency_mismatch", "JPY")])
+def test_a_currency_code_in_any_case_is_that_code(order, sent, outcome, recorded):
+    """ISO 4217 codes are case-insensitive on input: "idr" pays an IDR order, "jpY" is a JPY mismatch; the attempt
+    is recorded in capitals either way."""
+    response = deliver(event(order, currency=sent))
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {"status": outcome, "event_id": "evt-1"}
+    attempt = PaymentAttempt.objects.get(order=order)
+    assert attempt.received_currency == recorded
+    assert ProcessedEvent.objects.get().outcome == outcome
     assert_invariants()
 
 

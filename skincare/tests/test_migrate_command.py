@@ -104,3 +104,25 @@ def test_migrate_is_the_bounded_command_and_refuses_pgbouncer(settings):
     settings.PGBOUNCER = True
     with pytest.raises(CommandError, match="directly, not through PgBouncer"):
         call_command("migrate", "--check", verbosity=0)
+
+
+ROLE_SETTINGS_SQL = """
+    SELECT setconfig FROM pg_db_role_setting
+     WHERE setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+       AND setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+
+def test_migrate_sets_the_roles_timeouts_in_the_database_from_the_settings(settings):
+    """What bounds every statement behind PgBouncer (docs/operations.md, timeouts behind a pooler)."""
+    original = settings.DB_LOCK_TIMEOUT_MS, settings.DB_STATEMENT_TIMEOUT_MS
+    settings.DB_LOCK_TIMEOUT_MS, settings.DB_STATEMENT_TIMEOUT_MS = 1234, 5678
+    try:
+        call_command("migrate", verbosity=0)
+        with connection.cursor() as cursor:
+            cursor.execute(ROLE_SETTINGS_SQL)
+            [config] = cursor.fetchone()
+    finally:
+        settings.DB_LOCK_TIMEOUT_MS, settings.DB_STATEMENT_TIMEOUT_MS = original
+        call_command("migrate", verbosity=0)
+    assert sorted(config) == ["lock_timeout=1234ms", "statement_timeout=5678ms"]

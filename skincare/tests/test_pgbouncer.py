@@ -7,17 +7,22 @@ client gets that server connection next. `make test` installs pgbouncer as root 
 these tests are deselected by the Makefile with a warning, and fail loudly when run directly.
 """
 
+import json
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import psycopg
 import pytest
+from django.conf import settings as django_settings
+from django.core.management import call_command
 from django.db import connection, connections, transaction
+from django.test import override_settings
 
 from devtools import pgbouncer
 from devtools.processes import Gunicorn
-from devtools.testing import assert_invariants, run_concurrently
+from devtools.testing import assert_invariants, run_concurrently, wait_until
 from inventory.models import Inventory, StockBucket
 from orders.models import Order, Reservation
 from payments.tests.test_checkout_http_race import post_checkout, post_checkout_once
@@ -25,10 +30,19 @@ from payments.tests.test_checkout_http_race import post_checkout, post_checkout_
 pytestmark = [pytest.mark.pgbouncer, pytest.mark.django_db(transaction=True)]
 
 LOCK_TIMEOUT_MS = 300
+# The waiting room's tables: a poll reads them outside any service transaction (autocommit).
+QUEUE_TABLES = "queue_passes, product_queues"
 
 
 def _conninfo(url: str) -> str:
     return url.replace("postgres://", "postgresql://", 1)
+
+
+def migrate_with_lock_timeout(lock_timeout_ms: int) -> None:
+    """``manage.py migrate`` as a deployment runs it, with the web servers' DB_LOCK_TIMEOUT_MS: it also sets the
+    role's default timeouts in the (test) database, which every server connection PgBouncer opens starts with."""
+    with override_settings(DB_LOCK_TIMEOUT_MS=lock_timeout_ms):
+        call_command("migrate", verbosity=0)
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +51,14 @@ def bouncer(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) -> 
         pytest.fail("pgbouncer is not installed: `make test` installs it as root (apt-get install pgbouncer)")
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         settings_dict = connection.settings_dict
+        migrate_with_lock_timeout(int(LOCK_TIMEOUT_MS))
     proxy = pgbouncer.PgBouncer.for_settings(settings_dict, default_pool_size=10).start()
     try:
         yield proxy
     finally:
         proxy.stop()  # closes its server connections, so the test database can be dropped
+        with django_db_blocker.unblock():  # type: ignore[attr-defined]
+            migrate_with_lock_timeout(django_settings.DB_LOCK_TIMEOUT_MS)
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +176,130 @@ def test_lock_timeout_gives_503_through_pgbouncer_then_the_retry_succeeds(
     retry_status, retry_body = post_checkout(web.base, customer.api_token, [{"product_id": product.pk, "qty": 1}])
     assert retry_status == 201, retry_body
     assert_invariants()
+
+
+def hold_table_lock(
+    tables: str, locked: threading.Event, release: threading.Event, errors: list[BaseException]
+) -> None:
+    """ACCESS EXCLUSIVE on ``tables`` (a direct connection) until ``release``: every read of them waits."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            assert release.wait(timeout=60), "the test never released the lock"
+    except BaseException as exc:
+        errors.append(exc)
+        locked.set()
+    finally:
+        connections.close_all()
+
+
+def get_json(url: str, token: str) -> tuple[int, dict[str, object], str | None]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read()), response.headers.get("Retry-After")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), error.headers.get("Retry-After")
+
+
+def test_a_queue_poll_outside_any_service_is_cut_by_the_roles_lock_timeout(web: Gunicorn, customer) -> None:  # type: ignore[no-untyped-def]
+    """A poll is a read in autocommit, outside the transaction runner: behind PgBouncer its bound is the role's
+    default in the database (set by migrate). Its tables locked elsewhere, it answers 503 busy within the bound
+    instead of waiting for the lock (the control below shows the same read unbounded without the role's default)."""
+    locked, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    holder = threading.Thread(target=hold_table_lock, args=(QUEUE_TABLES, locked, release, errors))
+    busy_before = _metric(web.base, 'skincare_db_busy_total{sqlstate="55P03"}')
+    holder.start()
+    try:
+        assert locked.wait(timeout=30)
+        assert errors == []
+        status, body, retry_after = get_json(f"{web.base}/v1/products/1/queue", customer.api_token)
+    finally:
+        release.set()
+        holder.join(timeout=60)
+    assert errors == []
+    assert (status, body["code"], retry_after) == (503, "busy", "1"), body
+    assert _metric(web.base, 'skincare_db_busy_total{sqlstate="55P03"}') == busy_before + 1
+    # Lock released: the same poll is answered (no such queue here: 404).
+    assert get_json(f"{web.base}/v1/products/1/queue", customer.api_token)[0] == 404
+
+
+def _reset_role_timeouts() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_database()")
+        database = connection.ops.quote_name(cursor.fetchone()[0])
+        for name in ("lock_timeout", "statement_timeout"):
+            cursor.execute(f"ALTER ROLE CURRENT_USER IN DATABASE {database} RESET {name}")
+
+
+def test_control_without_the_roles_defaults_a_pooled_read_waits_unbounded() -> None:
+    """Control: the role's defaults removed, a client of PgBouncer (which refuses the ``options`` startup parameter)
+    has no bound at all, and the same read of a locked table is still waiting long after the bound would have cut
+    it; after ``migrate``, a new server connection has the bounds again."""
+    settings_dict = connection.settings_dict
+    _reset_role_timeouts()
+    try:
+        with pgbouncer.PgBouncer.for_settings(settings_dict, default_pool_size=2) as single:
+            url = _conninfo(single.url(str(settings_dict["NAME"])))
+            with psycopg.connect(url, autocommit=True) as pooled:
+                assert pooled.execute("SHOW lock_timeout").fetchone() == ("0",)
+                assert pooled.execute("SHOW statement_timeout").fetchone() == ("0",)
+                locked, release = threading.Event(), threading.Event()
+                errors: list[BaseException] = []
+                holder = threading.Thread(target=hold_table_lock, args=(QUEUE_TABLES, locked, release, errors))
+                holder.start()
+                reader_done = threading.Event()
+
+                def read() -> None:
+                    try:
+                        pooled.execute("SELECT count(*) FROM queue_passes").fetchone()
+                    except BaseException as exc:
+                        errors.append(exc)
+                    reader_done.set()
+
+                reader = threading.Thread(target=read)
+                try:
+                    assert locked.wait(timeout=30)
+                    reader.start()
+                    with psycopg.connect(_conninfo(_direct_url(settings_dict)), autocommit=True) as watcher:
+                        wait_until(
+                            lambda: watcher.execute(
+                                WAITED_SQL, [f"{3 * int(LOCK_TIMEOUT_MS)} milliseconds"]
+                            ).fetchone()[0],
+                            timeout=30,
+                            what="the pooled read waiting on the lock for three times the bound",
+                        )
+                    assert not reader_done.is_set()  # still waiting: nothing bounds it
+                finally:
+                    release.set()
+                    holder.join(timeout=60)
+                    reader.join(timeout=60)
+                assert errors == []
+                assert reader_done.is_set()
+        migrate_with_lock_timeout(int(LOCK_TIMEOUT_MS))
+        with (
+            pgbouncer.PgBouncer.for_settings(settings_dict, default_pool_size=1) as single,
+            psycopg.connect(_conninfo(single.url(str(settings_dict["NAME"]))), autocommit=True) as pooled,
+        ):
+            assert pooled.execute("SHOW lock_timeout").fetchone() == (f"{LOCK_TIMEOUT_MS}ms",)
+    finally:
+        migrate_with_lock_timeout(int(LOCK_TIMEOUT_MS))  # the module's bound (the bouncer fixture restores it)
+
+
+# A backend of the pooled read that has waited on a lock for at least the given interval.
+WAITED_SQL = """
+    SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+                    WHERE query = 'SELECT count(*) FROM queue_passes' AND wait_event_type = 'Lock'
+                      AND now() - query_start > %s::interval)
+"""
+
+
+def _direct_url(settings_dict: dict[str, object]) -> str:
+    return psycopg.conninfo.make_conninfo(
+        dbname=str(settings_dict["NAME"]),
+        host=str(settings_dict.get("HOST") or ""),
+        port=str(settings_dict.get("PORT") or ""),
+        user=str(settings_dict.get("USER") or ""),
+    )

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.conf import settings
@@ -60,9 +61,24 @@ def test_an_unknown_value_is_refused(monkeypatch: pytest.MonkeyPatch, value: str
         _settings(monkeypatch, DB_PREPARED_STATEMENTS=value)
 
 
+def _test_database_url() -> str:
+    """The test database's URL (migrated by this project's migrate: it has the role's timeouts a pooled process
+    checks at start-up, skincare.E014)."""
+    db = connection.settings_dict
+    host = str(db.get("HOST") or "127.0.0.1")
+    where = (
+        f"/{db['NAME']}?host={quote(host)}"
+        if host.startswith("/")
+        else f"{quote(host)}:{db.get('PORT') or 5432}/{db['NAME']}"
+    )
+    password = f":{quote(str(db['PASSWORD']))}" if db.get("PASSWORD") else ""
+    return f"postgres://{quote(str(db.get('USER') or 'postgres'))}{password}@{where}"
+
+
+@pytest.mark.django_db
 def test_prepared_statements_behind_pgbouncer_refuse_to_start() -> None:
     """The real start-up (manage.py check in a fresh process) refuses the combination PgBouncer 1.18 cannot serve."""
-    env = {**os.environ, "DB_PGBOUNCER": "true", "DB_PREPARED_STATEMENTS": "true"}
+    env = {**os.environ, "DB_PGBOUNCER": "true", "DB_PREPARED_STATEMENTS": "true", "DATABASE_URL": _test_database_url()}
     result = subprocess.run(  # our own manage.py
         [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )

@@ -49,6 +49,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SHUFFLE = "CASE WHEN qp.early THEN qp.draw END, "
 
 
+def place_sql_with(old, new):
+    """PLACE_SQL with ``old`` replaced by ``new``, for a control; ``old`` must be there, so a control whose text no
+    longer matches fails on its set-up instead of passing or failing by accident."""
+    assert services.PLACE_SQL.count(old) == 1, old
+    return services.PLACE_SQL.replace(old, new)
+
+
 def make_customers(n, prefix):
     User.objects.bulk_create([User(username=f"{prefix}-{i}") for i in range(n)])
     return list(User.objects.filter(username__startswith=f"{prefix}-").order_by("id"))
@@ -87,7 +94,7 @@ def test_early_joiners_are_placed_in_an_order_uncorrelated_with_their_arrival(ma
 
 
 def test_control_without_the_shuffle_the_order_is_the_arrival_order(make_product, monkeypatch):
-    monkeypatch.setattr(services, "PLACE_SQL", services.PLACE_SQL.replace(SHUFFLE, ""))
+    monkeypatch.setattr(services, "PLACE_SQL", place_sql_with(SHUFFLE, ""))
     rho, _places = early_joiners_rho(make_product, "noshuffle")
     assert rho > 0.99
 
@@ -155,9 +162,7 @@ def test_after_the_opening_a_later_joiner_is_never_placed_or_admitted_before_an_
 
 
 def test_control_placing_later_joiners_by_the_draw_lets_them_overtake(make_product, monkeypatch):
-    monkeypatch.setattr(
-        services, "PLACE_SQL", services.PLACE_SQL.replace("NOT qp.early, " + SHUFFLE + "qp.id", "qp.draw")
-    )
+    monkeypatch.setattr(services, "PLACE_SQL", place_sql_with("NOT qp.early, " + SHUFFLE + "qp.id", "qp.draw"))
     assert later_joiners_overtaken(make_product, "lateshuffled") != []
 
 

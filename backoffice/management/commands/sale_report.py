@@ -47,7 +47,8 @@ class Command(BaseCommand):
             f"  from:            {report.opening:%Y-%m-%d %H:%M:%S} UTC{ends} (database clock now {report.now:%H:%M:%S})"
         )
         out(f"  units sold:      {report.units_sold} (stock ledger: {report.units_sold_by_ledger} consumed)")
-        out(f"  revenue:         {report.revenue:.2f}")
+        revenue = ", ".join(f"{amount:.2f} {currency}" for currency, amount in sorted(report.revenue.items()))
+        out(f"  revenue:         {revenue or 'none'}")
         out(
             f"  orders:          {report.orders} created: {report.paid} paid, {report.expired} expired, "
             f"{report.cancelled} cancelled, {report.pending} still pending"

@@ -11,6 +11,11 @@ Django's own command, with two differences:
   already applied are not applied twice (Django records each one). A non-atomic migration (``CONCURRENTLY``) must be
   written to be run again (``IF NOT EXISTS`` / ``IF EXISTS``).
 
+Last, it sets the application role's default ``lock_timeout`` and ``statement_timeout`` in this database from
+``DB_LOCK_TIMEOUT_MS`` and ``DB_STATEMENT_TIMEOUT_MS`` (``skincare.db.role_timeouts_set``): behind PgBouncer they bound
+every statement outside a service transaction (reads included); the start-up check ``skincare.E014`` refuses a
+pooled process without them.
+
 Migrations talk to PostgreSQL directly: behind PgBouncer in transaction mode a session ``SET`` would apply to
 whichever client gets that server connection next, so ``DB_PGBOUNCER=true`` is refused here.
 """
@@ -28,6 +33,8 @@ from django.core.management.base import CommandError
 from django.core.management.commands.migrate import Command as DjangoMigrate
 from django.db import OperationalError, connections
 from django.db.backends.signals import connection_created
+
+from skincare.db import role_timeouts_set
 
 SET_MIGRATION_TIMEOUTS = "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)"
 RESET_TIMEOUTS = "RESET lock_timeout; RESET statement_timeout"
@@ -110,3 +117,7 @@ class Command(DjangoMigrate):
         run_with_lock_retries(
             once, attempts=attempts, pause_seconds=settings.MIGRATION_RETRY_PAUSE_MS / 1000, on_retry=retrying
         )
+        if not (options["plan"] or options["check_unapplied"]):  # the role's bounds behind PgBouncer (skincare.db)
+            role_timeouts_set(
+                lock_timeout_ms=settings.DB_LOCK_TIMEOUT_MS, statement_timeout_ms=settings.DB_STATEMENT_TIMEOUT_MS
+            )
