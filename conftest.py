@@ -10,6 +10,7 @@ os.environ.setdefault("DB_CONN_MAX_AGE", "0")
 # Tests restock and re-buy within milliseconds; the sold-out memory (inventory.soldout) is off unless a test turns
 # it on (its own tests, and the flash-sale races that run with it on as in production).
 os.environ.setdefault("SOLD_OUT_CACHE_MS", "0")
+os.environ.setdefault("PRODUCT_READ_MAX_AGE_SECONDS", "0")  # the product page read afresh (inventory.selectors)
 
 _skus = count(1)
 # A product spread over 8 stock buckets (guarded_update): the race modules run every race against it too.
@@ -20,12 +21,15 @@ BUCKETED = "bucketed"
 def _fresh_sold_out_memory():
     from inventory import soldout
     from skincare import selectors
+    from waitingroom import counters
 
     soldout.forget_all()
     selectors.forget_all()  # tokens remembered by this process (the demo token exists in many tests)
+    counters.queue_counters_forget()  # the queues' counters this process read (a poll with a signed pass)
     yield
     soldout.forget_all()
     selectors.forget_all()
+    counters.queue_counters_forget()
 
 
 @pytest.fixture

@@ -312,20 +312,30 @@ class QueueBuyer(CustomerUser):
     weight = 1
 
     def queue_pass(self, method):
-        name = "POST /v1/products/101/queue" if method == "post" else "GET /v1/products/101/queue [poll]"
+        """The join (POST) or a poll (GET of the join's ``poll_url`` with its signed pass in ``Queue-Pass``, which
+        the server answers without the database while the pass waits); the answer, None after a refusal."""
+        name = "POST /v1/products/101/queue" if method == "post" else "GET /v1/queue/passes/<id> [poll]"
         for attempt in range(8):
             sent = time.time()
-            request = self.client.post if method == "post" else self.client.get
-            with request(
-                f"/v1/products/{FLASH_PRODUCT}/queue", headers=self.auth, name=name, catch_response=True
-            ) as resp:
+            if method == "post":
+                request = self.client.post(
+                    f"/v1/products/{FLASH_PRODUCT}/queue", headers=self.auth, name=name, catch_response=True
+                )
+            else:
+                headers = {**self.auth, self.signed_pass[0]: self.signed_pass[1]}
+                request = self.client.get(self.poll_url, headers=headers, name=name, catch_response=True)
+            with request as resp:
                 if resp.status_code == 0:  # no answer: counted, retried
                     count("queue join" if method == "post" else "queue poll", 0)
                     resp.success()
                 else:
                     ok = expect(resp, "queue join" if method == "post" else "queue poll", (200, 201))
                     (QUEUE["joins"] if method == "post" else QUEUE["polls"]).append((sent, time.time()))
-                    return resp.json() if ok else None
+                    body = resp.json() if ok else None
+                    if body is not None and "pass_token" in body:  # the join's, or a new one once placed
+                        self.poll_url = body["poll_url"]
+                        self.signed_pass = (body["poll_header"], body["pass_token"])
+                    return body
             gevent.sleep(min(8, 2**attempt) * random.uniform(0.5, 1.0))
         return None
 

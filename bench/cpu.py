@@ -33,9 +33,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("healthz", "product_get", "checkout_sold_out", "checkout")
+SCENARIOS = ("healthz", "product_get", "checkout_sold_out", "checkout", "queue_poll", "queue_poll_unsigned")
 CUSTOMER = "cpu-bench-customer"
-SKUS = {"stock": ("cpu-bench-stock", 10_000_000), "sold_out": ("cpu-bench-sold-out", 0)}
+SKUS = {
+    "stock": ("cpu-bench-stock", 10_000_000),
+    "sold_out": ("cpu-bench-sold-out", 0),
+    "queued": ("cpu-bench-queued", 10_000_000),
+}
+# The bench customer's pass waits this far back in the queued product's line (nobody is ever admitted: no advance).
+QUEUE_POSITION = 1_000_000
 
 
 def settings_module(tree: Path) -> str:
@@ -62,7 +68,13 @@ def _product(key: str) -> int:
 
 
 def _request(
-    handler: Any, method: str, path: str, expected: int, body: bytes = b"", token: str = ""
+    handler: Any,
+    method: str,
+    path: str,
+    expected: int,
+    body: bytes = b"",
+    token: str = "",
+    headers: dict[str, str] | None = None,
 ) -> Callable[[], bytes]:
     """A zero-argument callable sending one request through ``handler`` and checking its status."""
     base = {
@@ -86,6 +98,7 @@ def _request(
     }
     if token:
         base["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    base.update(headers or {})
     status: list[str] = []
 
     def start_response(line: str, headers: list, exc_info: Any = None) -> Callable[[bytes], None]:
@@ -115,6 +128,37 @@ def _backend_cpu() -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _queue_polls(handler: Any, token: str) -> dict[str, Callable[[], bytes]]:
+    """A waiting pass's poll with its signed pass (the process's queue counters, no statement while fresh) and
+    without it (the pass read from the database); none in a tree without signed passes (an A/B's older side)."""
+    try:
+        from waitingroom import passtoken, services
+    except ImportError:
+        return {}
+    from django.contrib.auth.models import User
+    from django.db import connection
+
+    customer = User.objects.get(username=CUSTOMER)
+    product_id = _product("queued")
+    services.queue_set(product_id=product_id, admit_per_second=1)
+    queue_pass, _created = services.queue_join(customer=customer, product_id=product_id)
+    with connection.cursor() as cursor:  # far back in line: waiting for the whole run
+        cursor.execute(
+            "UPDATE queue_passes SET position = %s, admitted_at = NULL, admitted_until = NULL, used_at = NULL "
+            "WHERE id = %s",
+            [QUEUE_POSITION, queue_pass.pass_id],
+        )
+    signed = passtoken.SignedPass(
+        pass_id=queue_pass.pass_id, product_id=product_id, customer_id=customer.pk, position=QUEUE_POSITION
+    )
+    path = f"/v1/queue/passes/{queue_pass.pass_id}"
+    header = {passtoken.META_HEADER: passtoken.pass_sign(signed)}
+    return {
+        "queue_poll": _request(handler, "GET", path, 200, token=token, headers=header),
+        "queue_poll_unsigned": _request(handler, "GET", path, 200, token=token),
+    }
 
 
 def measure(
@@ -186,6 +230,7 @@ def worker(rounds: int, requests: int, warmup: int) -> dict[str, dict[str, Any]]
         "product_get": _request(handler, "GET", f"/v1/products/{stock}", 200),
         "checkout_sold_out": _request(handler, "POST", "/v1/checkout", 409, body(sold_out), token),
         "checkout": _request(handler, "POST", "/v1/checkout", 201, body(stock), token),
+        **_queue_polls(handler, token),
     }
     try:
         results = measure(
@@ -244,6 +289,8 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         "product_get": "in-process product GET",
         "checkout_sold_out": "in-process sold-out checkout (409)",
         "checkout": "in-process checkout, one unit",
+        "queue_poll": "in-process queue poll, signed pass",
+        "queue_poll_unsigned": "in-process queue poll, no signed pass",
     }
     return [
         {

@@ -14,13 +14,17 @@ profile ending with locustfile.py's invariant checks (``audit_inventory``, no ov
 ``--naive`` serves the same stack with bench/naive_gunicorn.conf.py, a read-check-write reservation (never used by
 the product), on its own throwaway database: the run must then FAIL with an oversell. Each run uses a fresh
 database (skincare_loadtest) on the embedded PostgreSQL or the server DATABASE_URL points at; ``--host URL``
-targets an already running stack instead. Each profile's details go to bench-results/loadtest.json; Locust shares
-the cores with the service, so its latencies there include its own queueing.
+targets an already running stack instead. Each profile's details go to bench-results/loadtest.json. Locust shares
+the cores with the service, so its latencies include its own queueing: beside them each profile reports the
+service's own (``server_ms``, from the access lines gunicorn wrote during the run, queue profile), the load
+generator's CPU (``client_cpu_seconds``) and whether Locust warned that its one core was saturated
+(``client_saturated``), in which case its latencies say more about the client than about the service.
 """
 
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -43,6 +47,8 @@ from devtools.processes import server_url as db_url
 from skincare import demo
 
 LOCUST = str(ROOT / ".venv/bin/locust")
+# What Locust logs when its own process is CPU-bound (then the client, not the service, sets the latencies).
+CLIENT_SATURATED = "CPU usage above 90%"
 
 
 # Carts expire after a few seconds in the swarm, so that some CartShoppers check out after the expiry (410).
@@ -63,8 +69,10 @@ def run_locust(
     stock: int = 1,
     since_order_id: int | None = None,
     extra_env: dict[str, str] | None = None,
+    server_log: Path | None = None,
 ) -> dict[str, Any]:
     summary_path = RESULTS / f"loadtest-{name}.json"
+    log_offset = server_log.stat().st_size if server_log is not None and server_log.exists() else 0
     summary_path.unlink(missing_ok=True)
     # The swarm checks at the end run manage.py audit_inventory / devtools.djangoctl: they need the same Django
     # environment as the server (labelled bench-only secret key, see devtools.processes.django_env).
@@ -103,15 +111,69 @@ def run_locust(
         *classes,
     ]
     log(f"profile {name}: {users} users {' '.join(classes)}, up to {run_time}")
-    started = time.monotonic()
+    started, client_before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    elapsed = time.monotonic() - started
+    elapsed, client_after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = sum(getattr(client_after, f) - getattr(client_before, f) for f in ("ru_utime", "ru_stime"))
     out = "\n".join(without_runtime_dir_warning(proc.stdout + proc.stderr))
     (RESULTS / f"loadtest-{name}.log").write_text(out)
     print(out, flush=True)
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {"violations": ["no summary written"]}
     summary.update({"name": name, "exit_code": proc.returncode, "seconds": round(elapsed, 1)})
+    # The load generator's own CPU (Locust is one gevent process: one core at most), over the whole run including
+    # the countdown, and whether Locust itself warned that its CPU was above 90% at some moment: then its latencies
+    # include its own queueing, not only the service's.
+    summary["client_cpu_seconds"] = round(client_cpu, 1)
+    summary["client_cpu_pct_of_one_core_mean"] = round(100 * client_cpu / elapsed, 1) if elapsed else None
+    summary["client_saturated"] = CLIENT_SATURATED in out
+    if server_log is not None:
+        summary["server_ms"] = server_latencies(server_log, log_offset)
+    if summary["client_saturated"]:
+        log(
+            f"profile {name}: the load generator saturated its core (Locust: {CLIENT_SATURATED!r}); its latencies "
+            "include its own queueing"
+        )
     return summary
+
+
+def _request_kind(method: str, path: str) -> str:
+    if path.startswith("/v1/queue/passes/"):
+        return "poll"
+    if path.endswith("/queue"):
+        return "join" if method == "POST" else "poll (no signed pass)"
+    if path == "/v1/checkout":
+        return "checkout"
+    return "other"
+
+
+def server_latencies(server_log: Path, offset: int) -> dict[str, dict[str, Any]]:
+    """The service's own latencies (the access lines' ``duration_ms``: from the request entering Django to its
+    answer, without the time it waited for a worker) of the lines written after ``offset``, per kind of request:
+    count, p50, p99, and the 503s."""
+    kinds: dict[str, list[float]] = {}
+    shed: dict[str, int] = {}
+    with open(server_log, encoding="utf-8", errors="replace") as lines:
+        lines.seek(offset)
+        for line in lines:
+            if not line.startswith("{") or '"duration_ms"' not in line:
+                continue
+            try:
+                entry = json.loads(line)
+                kind = _request_kind(entry["method"], entry["path"])
+                kinds.setdefault(kind, []).append(float(entry["duration_ms"]))
+                if entry["status"] == 503:
+                    shed[kind] = shed.get(kind, 0) + 1
+            except (ValueError, KeyError, TypeError):
+                continue
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {
+        kind: {"n": len(v), "p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99), "503": shed.get(kind, 0)}
+        for kind, v in sorted(kinds.items())
+    }
 
 
 OPENING_BUYERS, OPENING_STOCK, OPENING_STARTS_IN = 300, 50, 15
@@ -207,6 +269,7 @@ def queue_profile(
     crowd_size: int = QUEUE_CROWD,
     stock: int = QUEUE_STOCK,
     pace: int = QUEUE_PACE,
+    server_log: Path | None = None,
 ) -> list[dict[str, Any]]:
     """The same crowd at one opening without a queue, then with one (see the module docstring)."""
     window = ("--duration", "600", "--max-per-customer", "1")
@@ -224,6 +287,7 @@ def queue_profile(
             stock=stock,
             since_order_id=since,
             extra_env={"OPENING_BUYERS": str(crowd_size)},
+            server_log=server_log,
         )
     crowd["checkouts_in_db_peak"] = crowd_sampler.peak
     crowd["expect"] = f"exactly {stock} created, the crowd at once"
@@ -267,6 +331,7 @@ def queue_profile(
                     # all of them before the opening.
                     "QUEUE_JOIN_SPREAD_SECONDS": str(max(1, opens_at - time.time() - 15)),
                 },
+                server_log=server_log,
             )
     finally:
         sweeper.terminate()
@@ -376,6 +441,7 @@ def main(argv=None):
                     crowd_size=args.queue_crowd,
                     stock=args.queue_stock,
                     pace=args.queue_pace,
+                    server_log=server.log_path if server else None,
                 )
             )
     finally:
@@ -407,6 +473,17 @@ def main(argv=None):
             f"{r['name']:<12} {r.get('requests', 0):>8} {created or 0:>5} {conflicts or 0:>5} {r.get('server_errors', 0):>4} "
             f"{r.get('failures', 0):>4}  "
             f"{'FAIL: ' + '; '.join(r.get('violations') or ['locust exit code ' + str(r['exit_code'])]) if bad else 'ok (' + r['expect'] + ')'}"
+        )
+    for r in results:  # beside the client's latencies: the service's own, and whether the client was the limit
+        if "server_ms" in r:
+            inside = ", ".join(
+                f"{k} p50 {v['p50_ms']} / p99 {v['p99_ms']} ms (n {v['n']})" for k, v in r["server_ms"].items()
+            )
+            print(f"  {r['name']}: in the service: {inside}")
+        print(
+            f"  {r['name']}: load generator CPU {r.get('client_cpu_seconds')} s (mean "
+            f"{r.get('client_cpu_pct_of_one_core_mean')}% of its one core)"
+            + (" - SATURATED: its latencies include its own queueing" if r.get("client_saturated") else "")
         )
     report = RESULTS / ("loadtest-naive.json" if naive else "loadtest.json")
     report.write_text(json.dumps(results, indent=2))

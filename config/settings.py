@@ -320,6 +320,8 @@ SHOP_CURRENCY = env("SHOP_CURRENCY", default="IDR")
 QUEUE_ADMIT_PER_SECOND = _int("QUEUE_ADMIT_PER_SECOND", 10, minimum=1)
 QUEUE_OPENS_BEFORE_SECONDS = _int("QUEUE_OPENS_BEFORE_SECONDS", 3600)
 ADMISSION_TTL_SECONDS = _int("ADMISSION_TTL_SECONDS", 120, minimum=1)
+# The most units of a queued product one admission buys (the queue admits as many buyers as there are units).
+QUEUE_UNITS_PER_ADMISSION = _int("QUEUE_UNITS_PER_ADMISSION", 2, minimum=1)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 # Where payment links point when the request's own address is not the public one.
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
@@ -350,9 +352,18 @@ MAX_OPEN_CARTS_PER_CUSTOMER = _int("MAX_OPEN_CARTS_PER_CUSTOMER", 10)
 QUEUE_MAX_BURST_SECONDS = _int("QUEUE_MAX_BURST_SECONDS", 2, minimum=1)
 QUEUE_POLL_MIN_SECONDS = _int("QUEUE_POLL_MIN_SECONDS", 1, minimum=1)
 QUEUE_POLL_MAX_SECONDS = _int("QUEUE_POLL_MAX_SECONDS", 30, minimum=1)
-if not QUEUE_POLL_MIN_SECONDS <= QUEUE_POLL_MAX_SECONDS <= ADMISSION_TTL_SECONDS:
+# How old each process's copy of the queues' counters may be (one read per process per this many seconds, not per
+# poll; waitingroom/counters.py).
+QUEUE_COUNTERS_MAX_AGE_SECONDS = _int("QUEUE_COUNTERS_MAX_AGE_SECONDS", 1)
+# A client told poll_after = P_max sees an admission granted right after its poll at most P_max + the counters' age
+# + P_min later: that must leave at least half the admission's TTL to check out.
+if not (
+    QUEUE_POLL_MIN_SECONDS <= QUEUE_POLL_MAX_SECONDS
+    and 2 * (QUEUE_POLL_MAX_SECONDS + QUEUE_COUNTERS_MAX_AGE_SECONDS + QUEUE_POLL_MIN_SECONDS) <= ADMISSION_TTL_SECONDS
+):
     raise ImproperlyConfigured(
-        "QUEUE_POLL_MAX_SECONDS must be between QUEUE_POLL_MIN_SECONDS and ADMISSION_TTL_SECONDS (a pass told to "
+        "QUEUE_POLL_MAX_SECONDS must be at least QUEUE_POLL_MIN_SECONDS, and QUEUE_POLL_MAX_SECONDS + "
+        "QUEUE_COUNTERS_MAX_AGE_SECONDS + QUEUE_POLL_MIN_SECONDS at most half ADMISSION_TTL_SECONDS (a pass told to "
         "come back later than its admission lasts could miss its turn)"
     )
 CHECKOUT_MAX_ITEMS = _int("CHECKOUT_MAX_ITEMS", 20, minimum=1)
@@ -378,6 +389,9 @@ API_TOKEN_CACHE_SECONDS = _int("API_TOKEN_CACHE_SECONDS", 10)
 # How long a worker remembers a product it saw sold out and refuses it without a query: 250 ms, the measured choice
 # (docs/benchmarks.md#decisions; inventory/soldout.py never remembers longer). The test suite turns it off (0), so a
 # test that restocks a product sells it at once.
+# How old the public product page's stock and sale state may be (Cache-Control max-age and this process's memory of
+# the read; 0 = read every time, tests). Never a checkout's: it reads its own.
+PRODUCT_READ_MAX_AGE_SECONDS = _int("PRODUCT_READ_MAX_AGE_SECONDS", 1)
 SOLD_OUT_CACHE_MS = _int("SOLD_OUT_CACHE_MS", 250)
 if SOLD_OUT_CACHE_MS not in (0, 250):
     raise ImproperlyConfigured(

@@ -774,6 +774,26 @@ MUTATIONS = [
         ("waitingroom/tests/test_queue_races.py::test_fifty_concurrent_joins_of_one_customer_make_one_pass",),
     ),
     Mutation(
+        "queue-pass-any-customer",
+        "a signed pass is accepted from any customer (its customer not compared)",
+        "waitingroom/passtoken.py",
+        "pass_verify",
+        'payload.get("c") != customer_id or ',
+        "",
+        ("waitingroom/tests/test_signed_pass.py::test_another_customers_pass_is_refused",),
+    ),
+    Mutation(
+        "queue-poll-unbounded",
+        "poll_after has no upper bound (half the ETA however far)",
+        "waitingroom/selectors.py",
+        "poll_after_seconds",
+        "return min(settings.QUEUE_POLL_MAX_SECONDS, max(",
+        "return min(10**9, max(",
+        (
+            "waitingroom/tests/test_queue_api.py::test_a_client_that_obeys_poll_after_sees_its_admission_in_time_when_ops_raise_the_pace",
+        ),
+    ),
+    Mutation(
         "queue-late-joiners-first",
         "everyone who joined between the opening and the first advance is placed ahead of the pre-opening crowd",
         "waitingroom/services.py",

@@ -1,7 +1,9 @@
 """Product endpoints (public, no authentication). Thin: call a selector, render."""
 
+import hashlib
 from typing import Any
 
+from django.conf import settings
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -51,7 +53,16 @@ class ProductListApi(PublicApiView):
 class ProductDetailApi(PublicApiView):
     @schemas.PRODUCT_DETAIL
     def get(self, request: Request, product_id: int) -> Response:
-        product = selectors.product_get(product_id=product_id)
+        product = selectors.product_get_recent(product_id=product_id)
         if product is None:
             raise ProductNotFound(product_id=product_id)
-        return Response(product_data(product))
+        data = product_data(product)
+        # The ETag covers everything but seconds_to_start (a countdown, derivable from sale_starts_at): a proxy or a
+        # CDN in front revalidates with If-None-Match and gets 304 until the stock or the sale changes.
+        stable = {key: value for key, value in data.items() if key != "seconds_to_start"}
+        etag = '"' + hashlib.sha256(repr(sorted(stable.items())).encode()).hexdigest()[:32] + '"'
+        max_age = settings.PRODUCT_READ_MAX_AGE_SECONDS
+        headers = {"ETag": etag, "Cache-Control": f"public, max-age={max_age}" if max_age else "no-cache"}
+        if etag in request.headers.get("If-None-Match", "").replace("W/", "").split(", "):
+            return Response(status=304, headers=headers)
+        return Response(data, headers=headers)

@@ -1,6 +1,7 @@
 """OpenAPI descriptions of the product endpoints; applied to the views in inventory/api.py."""
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
 from skincare.openapi import INTERNAL, UNAVAILABLE, error
@@ -53,8 +54,18 @@ PRODUCT_DETAIL = extend_schema(
     operation_id="product_detail",
     summary="One product (public)",
     auth=[],
+    parameters=[
+        OpenApiParameter(
+            "If-None-Match",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            required=False,
+            description="The ETag of an earlier answer: 304 while the product has not changed.",
+        )
+    ],
     responses={
         200: ProductSerializer,
+        304: OpenApiResponse(description="Not modified: the answer with this ETag is still current."),
         404: error("No such product, or not for sale.", "product_not_found"),
         500: INTERNAL,
         503: UNAVAILABLE,

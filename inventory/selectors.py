@@ -6,10 +6,12 @@ statement that needs them uses (the checkout's quote read ``payments.checkout.QU
 ``carts.selectors``, the waiting room, the audit).
 """
 
+import time
 from datetime import datetime
 from decimal import Decimal
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db import connection
 
 # A product's sale window by the database clock (docs/sale-windows.md): 'scheduled' before sale_starts_at,
@@ -86,6 +88,29 @@ def product_get(*, product_id: int) -> ProductView | None:
         cursor.execute(_PRODUCTS_SQL + " AND p.id = %s", [product_id])
         row = cursor.fetchone()
     return ProductView(*row) if row else None
+
+
+_recent: dict[int, tuple[float, ProductView]] = {}
+
+
+def product_get_recent(*, product_id: int) -> ProductView | None:
+    """:func:`product_get`, remembered by this process for PRODUCT_READ_MAX_AGE_SECONDS (0: never): the public
+    product page during a sale, whose stock and sale state may be that old for a read. Never for a checkout, which
+    reads its own quotes (``payments.checkout``)."""
+    max_age = settings.PRODUCT_READ_MAX_AGE_SECONDS
+    now = time.monotonic()
+    remembered = _recent.get(product_id)
+    if remembered is not None and now - remembered[0] < max_age:
+        return remembered[1]
+    product = product_get(product_id=product_id)
+    if product is not None and max_age > 0:
+        _recent[product_id] = (now, product)
+    return product
+
+
+def product_reads_forget() -> None:
+    """Drop the products this process remembers (tests)."""
+    _recent.clear()
 
 
 def products_for_sale(*, product_ids: list[int]) -> dict[int, ProductView]:

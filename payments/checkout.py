@@ -228,7 +228,7 @@ def _refuse_by_quotes(*, customer: User, quantities: dict[int, int], quotes: dic
     _refuse_outside_sale_window(quotes)
     queued = [pid for pid, quote in quotes.items() if quote.queued]
     if queued:  # the waiting room (docs/queue.md): one more statement, only for a product that has a queue
-        admission.admission_use(customer=customer, product_ids=queued)
+        admission.admission_use(customer=customer, quantities={pid: quantities[pid] for pid in queued})
     short = sorted(pid for pid, quote in quotes.items() if quote.available < quantities[pid])
     if short:
         for pid in short:

@@ -14,8 +14,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 
-from waitingroom.exceptions import AdmissionExpired, AdmissionRequired
-from waitingroom.selectors import EXPIRED, NO_PASS, PASS_OWN_STATE_SQL, WAITING, poll_after_seconds
+from waitingroom.exceptions import AdmissionExpired, AdmissionRequired, AdmissionUnitsExceeded, AdmissionUsed
+from waitingroom.selectors import EXPIRED, NO_PASS, PASS_OWN_STATE_SQL, USED, WAITING, poll_after_seconds
 
 # One round trip: the products of the checkout that have a queue, the use of the customer's admission for each
 # (an admitted, unused pass whose admitted_until is still ahead by the transaction's clock), and the pass as it was
@@ -41,13 +41,17 @@ SELECT queued.product_id, used.product_id IS NOT NULL AS used,
 """
 
 
-def admission_use(*, customer: User, product_ids: list[int]) -> None:
+def admission_use(*, customer: User, quantities: dict[int, int]) -> None:
     """Use the customer's admission for every product of the checkout that has a queue, or refuse the checkout:
     410 ``admission_expired`` if one lapsed, else 409 ``admission_required`` (with where to queue and a
     Retry-After, so a keyed checkout refused before its admission is not stored). Call it inside the checkout's
-    transaction."""
+    transaction. ``quantities``: the units of each queued product the checkout asks for; more than
+    QUEUE_UNITS_PER_ADMISSION of one is refused first (409 ``admission_units_exceeded``, the admission kept)."""
+    too_many = sorted(pid for pid, qty in quantities.items() if qty > settings.QUEUE_UNITS_PER_ADMISSION)
+    if too_many:
+        raise AdmissionUnitsExceeded(product_ids=too_many, max_units=settings.QUEUE_UNITS_PER_ADMISSION)
     with connection.cursor() as cursor:
-        cursor.execute(ADMISSION_USE_SQL, {"customer_id": customer.pk, "product_ids": sorted(product_ids)})
+        cursor.execute(ADMISSION_USE_SQL, {"customer_id": customer.pk, "product_ids": sorted(quantities)})
         rows = cursor.fetchall()
     refused = [row for row in rows if not row[1]]
     if not refused:
@@ -55,6 +59,9 @@ def admission_use(*, customer: User, product_ids: list[int]) -> None:
     expired = [row[0] for row in refused if row[2] == EXPIRED]
     if expired:
         raise AdmissionExpired(product_ids=expired)
+    used = [row[0] for row in refused if row[2] == USED]
+    if len(used) == len(refused):
+        raise AdmissionUsed(product_ids=used)  # final: nothing to wait for
     waits = [
         poll_after_seconds(ahead=max(0, position - through - 1), pace=pace, paused=paused)
         for _pid, _used, state, position, through, pace, paused in refused
@@ -64,5 +71,11 @@ def admission_use(*, customer: User, product_ids: list[int]) -> None:
         product_ids=[row[0] for row in refused],
         queue_urls=[f"/v1/products/{row[0]}/queue" for row in refused],
         pass_states=[row[2] for row in refused],
-        retry_after_seconds=max(waits, default=settings.QUEUE_POLL_MIN_SECONDS),
+        # No placed waiting pass: a pass placed at the next advance (P_min), or no pass at all (join first: P_max).
+        retry_after_seconds=max(
+            waits,
+            default=settings.QUEUE_POLL_MIN_SECONDS
+            if any(row[2] == WAITING for row in refused)
+            else settings.QUEUE_POLL_MAX_SECONDS,
+        ),
     )

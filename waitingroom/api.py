@@ -1,13 +1,48 @@
-"""Waiting room endpoints: join a product's queue, read (poll) a pass. Thin: call a service or selector, render."""
+"""Waiting room endpoints: join a product's queue, read (poll) a pass. Thin: call a service or selector, render.
 
-from django.http import JsonResponse
+The join's answer carries the signed pass (``pass_token``, also set as a cookie) and where to poll with it
+(``poll_url``, sending the token in the ``Queue-Pass`` header or the cookie): such a poll is answered without the
+database while the pass waits (``waitingroom.selectors.pass_poll``)."""
+
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from skincare.api import authenticated_customer
-from waitingroom import schemas, selectors, services
-from waitingroom.exceptions import QueueNotFound
+from waitingroom import passtoken, schemas, selectors, services
+from waitingroom.exceptions import QueueNotFound, QueuePassInvalid
+from waitingroom.passtoken import SignedPass
+
+
+def signed_answer(queue_pass: selectors.PassView, customer_id: int) -> tuple[dict[str, Any], str]:
+    """The pass's body with its signed copy and where to poll with it; and the token (for the cookie)."""
+    token = passtoken.pass_sign(
+        SignedPass(
+            pass_id=queue_pass.pass_id,
+            product_id=queue_pass.product_id,
+            customer_id=customer_id,
+            position=queue_pass.position,
+        )
+    )
+    body = queue_pass.to_json()
+    body.update(pass_token=token, poll_url=f"/v1/queue/passes/{queue_pass.pass_id}", poll_header=passtoken.HEADER)
+    return body, token
+
+
+def set_pass_cookie(response: Any, pass_id: int, token: str) -> None:
+    response.set_cookie(
+        f"{passtoken.COOKIE_PREFIX}{pass_id}",
+        token,
+        max_age=settings.QUEUE_OPENS_BEFORE_SECONDS + 86400,
+        path=f"/v1/queue/passes/{pass_id}",
+        secure=not settings.DEBUG,
+        httponly=True,
+        samesite="Strict",
+    )
 
 
 def poll_answer(queue_pass: selectors.PassView) -> JsonResponse:
@@ -16,13 +51,25 @@ def poll_answer(queue_pass: selectors.PassView) -> JsonResponse:
     return JsonResponse(queue_pass.to_json())
 
 
+def pass_token_sent(request: HttpRequest, pass_id: int) -> str | None:
+    """The signed pass a poll carries: the Queue-Pass header, else the cookie the join set; None without one."""
+    token = request.META.get(passtoken.META_HEADER)
+    if token is None:
+        token = request.COOKIES.get(f"{passtoken.COOKIE_PREFIX}{pass_id}")
+    return token
+
+
 class QueueApi(APIView):
     """``/v1/products/<id>/queue``: POST joins (201, or 200 with the existing pass), GET reads the customer's pass."""
 
     @schemas.QUEUE_JOIN
     def post(self, request: Request, product_id: int) -> Response:
-        queue_pass, created = services.queue_join(customer=authenticated_customer(request), product_id=product_id)
-        return Response(queue_pass.to_json(), status=201 if created else 200)
+        customer = authenticated_customer(request)
+        queue_pass, created = services.queue_join(customer=customer, product_id=product_id)
+        body, token = signed_answer(queue_pass, customer.pk)
+        response = Response(body, status=201 if created else 200)
+        set_pass_cookie(response, queue_pass.pass_id, token)
+        return response
 
     @schemas.QUEUE_PASS_FOR_PRODUCT
     def get(self, request: Request, product_id: int) -> JsonResponse:
@@ -32,12 +79,35 @@ class QueueApi(APIView):
         return poll_answer(queue_pass)
 
 
+def signed_poll_answer(*, customer_id: int, pass_id: int, token: str) -> JsonResponse:
+    """A poll with a signed pass: QueuePassInvalid for a forged or another customer's pass, QueueNotFound for a pass
+    that no longer exists; a new token (body and cookie) when the answer places the pass."""
+    signed = passtoken.pass_verify(token=token, customer_id=customer_id, pass_id=pass_id)
+    if signed is None:
+        raise QueuePassInvalid(pass_id=pass_id)
+    queue_pass = selectors.pass_poll(signed=signed)
+    if queue_pass is None:
+        raise QueueNotFound(pass_id=pass_id)
+    if queue_pass.position == signed.position:
+        return poll_answer(queue_pass)
+    body, new_token = signed_answer(queue_pass, customer_id)  # placed since it was signed: a new signed pass
+    response = JsonResponse(body)
+    set_pass_cookie(response, pass_id, new_token)
+    return response
+
+
 class QueuePassApi(APIView):
-    """``/v1/queue/passes/<id>``: the same body, by the pass's id (another customer's pass is a 404)."""
+    """``/v1/queue/passes/<id>``: the same body, by the pass's id (another customer's pass is a 404). With the
+    signed pass (header or cookie) a waiting pass is answered without the database; a signed pass that is forged
+    or another customer's is refused (403 ``queue_pass_invalid``)."""
 
     @schemas.QUEUE_PASS
     def get(self, request: Request, pass_id: int) -> JsonResponse:
-        queue_pass = selectors.pass_get(customer_id=authenticated_customer(request).pk, pass_id=pass_id)
+        customer_id = authenticated_customer(request).pk
+        token = pass_token_sent(request, pass_id)
+        if token is not None:
+            return signed_poll_answer(customer_id=customer_id, pass_id=pass_id, token=token)
+        queue_pass = selectors.pass_get(customer_id=customer_id, pass_id=pass_id)
         if queue_pass is None:
             raise QueueNotFound(pass_id=pass_id)
         return poll_answer(queue_pass)

@@ -61,3 +61,36 @@ class AdmissionExpired(DomainError):
     default_message = "Your admission lapsed before you checked out; the turn went to the next in line."
 
     product_ids: list[int]
+
+
+class QueuePassInvalid(DomainError):
+    """The signed pass sent with a poll is forged, altered, malformed, or not this customer's pass of this id."""
+
+    code = "queue_pass_invalid"
+    http_status = 403
+    default_message = "This signed pass is not valid for you: poll without it, or join again to get yours."
+
+    pass_id: int
+
+
+class AdmissionUsed(DomainError):
+    """The customer's admission was already used by a checkout (one admission, one checkout): final, no Retry-After
+    (stored under an Idempotency-Key like other client errors)."""
+
+    code = "admission_used"
+    http_status = 409
+    default_message = "Your admission was already used by a checkout; one admission buys once."
+
+    product_ids: list[int]
+
+
+class AdmissionUnitsExceeded(DomainError):
+    """A checkout asks for more units of a queued product than one admission buys (QUEUE_UNITS_PER_ADMISSION): the
+    queue admits no more buyers than units on the assumption that each buys few. Final; the admission is kept."""
+
+    code = "admission_units_exceeded"
+    http_status = 409
+    default_message = "One admission buys at most QUEUE_UNITS_PER_ADMISSION units of a queued product."
+
+    product_ids: list[int]
+    max_units: int

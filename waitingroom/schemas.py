@@ -41,6 +41,15 @@ class PassSerializer(serializers.Serializer):
     )
 
 
+class JoinedPassSerializer(PassSerializer):
+    pass_token = serializers.CharField(
+        help_text="The signed pass (also set as the cookie queue_pass_<pass_id>): send it with every poll, in the "
+        "`Queue-Pass` header, and a waiting pass is answered without the database. Signed, not encrypted."
+    )
+    poll_url = serializers.CharField(help_text="Where to poll: `/v1/queue/passes/<pass_id>`.")
+    poll_header = serializers.CharField(help_text="The header to send `pass_token` in: `Queue-Pass`.")
+
+
 PRODUCT_ID = OpenApiParameter("product_id", int, OpenApiParameter.PATH, description="The product's id.")
 PASS_ID = OpenApiParameter("pass_id", int, OpenApiParameter.PATH, description="The pass's id.")
 NOT_FOUND = error(
@@ -61,8 +70,8 @@ QUEUE_JOIN = extend_schema(
     parameters=[PRODUCT_ID],
     request=None,
     responses={
-        200: OpenApiResponse(PassSerializer, description="The customer's existing pass."),
-        201: OpenApiResponse(PassSerializer, description="Pass created."),
+        200: OpenApiResponse(JoinedPassSerializer, description="The customer's existing pass."),
+        201: OpenApiResponse(JoinedPassSerializer, description="Pass created."),
         401: UNAUTHORIZED,
         404: NOT_FOUND,
         409: error(
@@ -88,8 +97,21 @@ QUEUE_PASS_FOR_PRODUCT = extend_schema(
 QUEUE_PASS = extend_schema(
     operation_id="queue_pass",
     summary="A pass by its id (poll it)",
-    description="The same body as the product's queue GET. Another customer's pass is a 404.",
-    parameters=[PASS_ID],
-    responses={200: PassSerializer, 401: UNAUTHORIZED, 404: NOT_FOUND, 503: UNAVAILABLE, 500: INTERNAL},
+    description="The same body as the product's queue GET. Another customer's pass is a 404. With the signed pass "
+    "(`Queue-Pass` header or the join's cookie) a waiting pass is answered from the pass and the queue's counters "
+    "(at most QUEUE_COUNTERS_MAX_AGE_SECONDS old), without the database; when the answer places the pass it "
+    "carries a new `pass_token`.",
+    parameters=[
+        PASS_ID,
+        OpenApiParameter("Queue-Pass", str, OpenApiParameter.HEADER, required=False, description="The signed pass."),
+    ],
+    responses={
+        200: PassSerializer,
+        401: UNAUTHORIZED,
+        403: error("The signed pass is forged, altered or not yours.", "queue_pass_invalid"),
+        404: NOT_FOUND,
+        503: UNAVAILABLE,
+        500: INTERNAL,
+    },
     tags=["queue"],
 )

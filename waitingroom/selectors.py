@@ -6,6 +6,7 @@ the queue's serving counter (``admitted_through``), so its cost does not grow wi
 """
 
 import math
+import random
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,7 +16,9 @@ from django.db import connection
 
 from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, SECONDS_TO_START_SQL, STOCK_SUM_SQL
 from skincare.timestamps import utc_z
+from waitingroom.counters import queue_counters
 from waitingroom.models import PassState
+from waitingroom.passtoken import SignedPass
 
 WAITING, ADMITTED, USED, EXPIRED, SOLD_OUT = (
     PassState.WAITING.value,
@@ -89,24 +92,33 @@ class PassView:
 
 def poll_after_seconds(*, ahead: int, pace: int, paused: bool) -> int:
     """How long a waiting, placed pass should wait before its next poll: half its ETA (``ahead / pace``), at least
-    QUEUE_POLL_MIN_SECONDS (QUEUE_POLL_MAX_SECONDS while paused), so a client re-polls a few times on its way to the
-    front and the total poll rate of N waiting passes is at most
-    ``2·pace·(1 + ln(1 + N / (2·pace·QUEUE_POLL_MIN_SECONDS)))`` (docs/queue.md#polling). Half the ETA keeps a client
-    in time when ops double the pace."""
-    floor = settings.QUEUE_POLL_MAX_SECONDS if paused else settings.QUEUE_POLL_MIN_SECONDS
-    return max(floor, math.ceil(ahead / (2 * pace)))
+    QUEUE_POLL_MIN_SECONDS and at most QUEUE_POLL_MAX_SECONDS (the max while paused). The max is what keeps a client
+    that obeys it from missing its admission whatever ops do to the pace: it is at most half the admission's TTL
+    (config/settings.py), so a pass admitted right after a poll sees it at the next one with half its TTL left. N
+    waiting passes poll at most ``2·pace·(1 + ln(P_max / P_min)) + N / P_max`` times per second
+    (docs/queue.md#polling)."""
+    if paused:
+        return settings.QUEUE_POLL_MAX_SECONDS
+    return min(settings.QUEUE_POLL_MAX_SECONDS, max(settings.QUEUE_POLL_MIN_SECONDS, math.ceil(ahead / (2 * pace))))
+
+
+def poll_before_opening_seconds(*, seconds_to_start: float) -> int:
+    """A waiting pass before the opening: come back at the opening plus a random slot in QUEUE_POLL_MAX_SECONDS
+    (so the first polls after it are spread instead of all at once), at most QUEUE_POLL_MAX_SECONDS from now. The
+    slot is drawn afresh at each answer, never from the pass's own draw: nothing in the answer ranks the pass."""
+    spread = random.random() * settings.QUEUE_POLL_MAX_SECONDS  # noqa: S311 - spreading load, not a secret
+    return min(
+        settings.QUEUE_POLL_MAX_SECONDS, max(settings.QUEUE_POLL_MIN_SECONDS, math.ceil(seconds_to_start + spread))
+    )
 
 
 def _pass_view_from_row(row: tuple[Any, ...]) -> PassView:
-    (pass_id, product_id, position, draw, admitted_until, state, pace, paused, through, to_start, available, _r) = row
+    (pass_id, product_id, position, _draw, admitted_until, state, pace, paused, through, to_start, available, _r) = row
     ahead = eta = poll = None
     if state == WAITING:
         if to_start is not None:
-            # Before the opening the order is not drawn yet; the draw spreads the first poll after the opening over
-            # QUEUE_POLL_MAX_SECONDS in the order it will give (the front comes first), instead of everyone at once.
-            poll = max(
-                settings.QUEUE_POLL_MIN_SECONDS, math.ceil(float(to_start) + draw * settings.QUEUE_POLL_MAX_SECONDS)
-            )
+            # Before the opening the order is not drawn yet (and the answer says nothing of the pass's draw).
+            poll = poll_before_opening_seconds(seconds_to_start=float(to_start))
             eta = math.ceil(float(to_start))
         elif position is None:
             poll = settings.QUEUE_POLL_MIN_SECONDS  # placed at the next advance
@@ -139,6 +151,61 @@ def pass_get(*, customer_id: int, pass_id: int | None = None, product_id: int | 
     return None if row is None else _pass_view_from_row(row)
 
 
+def pass_poll(*, signed: SignedPass) -> PassView | None:
+    """A poll with a verified signed pass (``waitingroom.passtoken``): a waiting, placed pass behind its queue's
+    serving counter is answered from the pass and this process's queue counters (``waitingroom.counters``, at most
+    QUEUE_COUNTERS_MAX_AGE_SECONDS old): no statement while they are fresh. So is a pass before the opening. The
+    database answers (:func:`pass_get`) a pass the signed copy cannot: not placed yet after the opening (the answer
+    carries a new signed pass with its position), at or before the serving counter (admitted, used or expired:
+    exact, with its ``admitted_until``), or of a queue this process does not know. None: no such pass."""
+    counters = queue_counters(product_id=signed.product_id)
+    position = signed.position
+    if counters is not None:
+        to_start = counters.seconds_to_start()
+        if position is None and to_start is not None:
+            waiting = WAITING if not counters.sold_out() else SOLD_OUT
+            return _pass_view_from_counters(signed, counters.admit_per_second, counters.paused, waiting, to_start)
+        if position is not None and position > counters.admitted_through:
+            ahead = position - counters.admitted_through - 1
+            if counters.sold_out():
+                return _pass_view_from_counters(signed, counters.admit_per_second, counters.paused, SOLD_OUT, None)
+            pace, paused = counters.admit_per_second, counters.paused
+            return PassView(
+                pass_id=signed.pass_id,
+                product_id=signed.product_id,
+                state=WAITING,
+                position=position,
+                ahead=ahead,
+                eta_seconds=None if paused else math.ceil(ahead / pace),
+                poll_after=poll_after_seconds(ahead=ahead, pace=pace, paused=paused),
+                admitted_until=None,
+                paused=paused,
+                admit_per_second=pace,
+                units_may_return=counters.available <= 0,
+            )
+    return pass_get(customer_id=signed.customer_id, pass_id=signed.pass_id)
+
+
+def _pass_view_from_counters(
+    signed: SignedPass, pace: int, paused: bool, state: str, to_start: float | None
+) -> PassView:
+    """A pass before the opening (``to_start``) or sold out, from its signed copy and its queue's counters."""
+    waiting = state == WAITING
+    return PassView(
+        pass_id=signed.pass_id,
+        product_id=signed.product_id,
+        state=state,
+        position=signed.position,
+        ahead=None,
+        eta_seconds=math.ceil(to_start) if waiting and to_start is not None else None,
+        poll_after=poll_before_opening_seconds(seconds_to_start=to_start) if waiting and to_start is not None else None,
+        admitted_until=None,
+        paused=paused,
+        admit_per_second=pace,
+        units_may_return=False,
+    )
+
+
 @dataclass(frozen=True)
 class QueueState:
     product_id: int
@@ -151,25 +218,33 @@ class QueueState:
     admitted_through: int
 
 
-# Each queue's passes counted by their own state (PASS_OWN_STATE_SQL), one index scan of the queue's passes each.
-QUEUE_STATES_SQL = f"""
+# Each queue's passes by their own state (PASS_OWN_STATE_SQL), from its counters and two small index scans, so the
+# cost does not grow with the queue: positions are admitted in order, so the passes admitted so far are
+# ``admitted_through``, and the placed ones ``positioned_through``; the unplaced ones (a moment after a join) are read
+# from the ``queue_pass_unplaced`` index, the admitted-unused ones (outstanding or lapsed, at most the admissions
+# granted) from ``queue_pass_outstanding``. Used = admitted - outstanding - lapsed.
+QUEUE_STATES_SQL = """
 SELECT q.product_id, q.admit_per_second, q.paused,
-       count(*) FILTER (WHERE own.state = '{WAITING}') AS waiting,
-       count(*) FILTER (WHERE own.state = '{ADMITTED}') AS admitted,
-       count(*) FILTER (WHERE own.state = '{USED}') AS used,
-       count(*) FILTER (WHERE own.state = '{EXPIRED}') AS expired,
+       q.positioned_through - q.admitted_through + unplaced.n AS waiting,
+       unused.admitted,
+       q.admitted_through - unused.admitted - unused.expired AS used,
+       unused.expired,
        q.admitted_through
 FROM product_queues q
-LEFT JOIN LATERAL (SELECT {PASS_OWN_STATE_SQL} AS state FROM queue_passes qp WHERE qp.product_id = q.product_id) own
-       ON true
+CROSS JOIN LATERAL (SELECT count(*) AS n FROM queue_passes qp
+                     WHERE qp.product_id = q.product_id AND qp.position IS NULL) unplaced
+CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE qp.admitted_until > now()) AS admitted,
+                           count(*) FILTER (WHERE qp.admitted_until <= now()) AS expired
+                      FROM queue_passes qp
+                     WHERE qp.product_id = q.product_id AND qp.admitted_at IS NOT NULL AND qp.used_at IS NULL) unused
 WHERE %(every_queue)s OR q.product_id = ANY(%(product_ids)s::bigint[])
-GROUP BY q.product_id ORDER BY q.product_id
+ORDER BY q.product_id
 """
 
 
 def queue_states(*, product_ids: list[int] | None = None) -> list[QueueState]:
     """The counts of the queues of ``product_ids`` (None: every queue) for the admin, the metrics and the sale
-    board: one statement, a scan of those queues' passes, for ops, never on a buyer's path."""
+    board: one statement whose cost does not grow with the queue's length (:data:`QUEUE_STATES_SQL`)."""
     with connection.cursor() as cursor:
         cursor.execute(QUEUE_STATES_SQL, {"every_queue": product_ids is None, "product_ids": product_ids or []})
         return [QueueState(*row) for row in cursor.fetchall()]

@@ -8,8 +8,8 @@
   opening in the order of their random draw, then the others by arrival) and admits the next ones in position
   order, as many as the pace has earned since the last advance (paused time earns nothing) and never more than the
   units available minus the admissions still outstanding.
-* ``queue_set`` / ``queue_remove`` / ``queue_pause`` — the admin's and ``flash_sale_setup --queue``'s changes
-  (``backoffice.sale_setup``).
+* ``queue_set`` / ``queue_reset`` / ``queue_remove`` / ``queue_pause`` — the admin's and ``flash_sale_setup
+  --queue``'s changes (``backoffice.sale_setup``); a reset or removal excludes joins for its transaction.
 
 Lock order (docs/locking.md): a ``product_queues`` row, then ``queue_passes`` rows of waiting passes; a checkout
 takes only its customer's own admitted pass (``waitingroom.admission``), a row the advancer never updates.
@@ -18,6 +18,7 @@ takes only its customer's own admitted pass (``waitingroom.admission``), a row t
 import logging
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -27,6 +28,7 @@ from inventory.exceptions import ProductNotFound, SaleEnded
 from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, STOCK_SUM_SQL
 from skincare.db import retry_transient
 from skincare.errors import InvalidInput
+from skincare.locks import advisory_key
 from waitingroom import metrics, selectors
 from waitingroom.exceptions import QueueNotFound, QueueNotOpen, QueueSoldOut
 from waitingroom.selectors import PassView
@@ -57,6 +59,12 @@ ON CONFLICT (product_id, customer_id) DO NOTHING
 RETURNING id
 """
 
+# A join holds its product's queue key shared for its whole transaction; re-creating or removing the queue
+# (:func:`queue_reset`, :func:`queue_remove`) holds it exclusive: a join runs entirely before or entirely after.
+# Shared advisory locks are kept in memory only (no row is written): joins never wait for one another.
+JOIN_LOCK_SQL = "SELECT pg_advisory_xact_lock_shared(%(key)s)"
+RESET_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(key)s)"
+
 
 @retry_transient
 @transaction.atomic
@@ -66,6 +74,8 @@ def queue_join(*, customer: User, product_id: int) -> tuple[PassView, bool]:
     Refusals write nothing: ProductNotFound (404), QueueNotFound (404: the product sells without a queue),
     QueueNotOpen (409, with ``opens_at`` and Retry-After), SaleEnded (410), QueueSoldOut (409: nothing available
     and nothing reserved). A customer who already has a pass always gets it back (200), whatever its state."""
+    with connection.cursor() as cursor:
+        cursor.execute(JOIN_LOCK_SQL, {"key": advisory_key("product_queue", product_id)})
     existing = selectors.pass_get(customer_id=customer.pk, product_id=product_id)
     if existing is not None:
         return existing, False
@@ -249,15 +259,47 @@ def queue_set(*, product_id: int, admit_per_second: int | None = None) -> None:
         cursor.execute(UPSERT_QUEUE_SQL, {"product_id": product_id, "pace": pace})
 
 
+# A fresh queue: the pace given, every counter back to zero, not paused (the row kept if there was one).
+RESET_QUEUE_SQL = """
+INSERT INTO product_queues (product_id, admit_per_second, paused, credit, positioned_through, admitted_through,
+                            created_at)
+VALUES (%(product_id)s, %(pace)s, false, 0, 0, 0, now())
+ON CONFLICT (product_id) DO UPDATE SET admit_per_second = EXCLUDED.admit_per_second, paused = false, credit = 0,
+       credited_at = NULL, positioned_through = 0, admitted_through = 0, created_at = now()
+"""
+
+
+def _queue_clear(cursor: Any, product_id: int) -> int:
+    """Take the queue exclusively (no join under way, none until commit), then its row (waiting for an advance
+    under way: the advancer's order, row then passes, so the two cannot deadlock), and delete its passes."""
+    cursor.execute(RESET_LOCK_SQL, {"key": advisory_key("product_queue", product_id)})
+    cursor.execute("SELECT 1 FROM product_queues WHERE product_id = %s FOR UPDATE", [product_id])
+    cursor.execute("DELETE FROM queue_passes WHERE product_id = %s", [product_id])
+    return cursor.rowcount
+
+
 @transaction.atomic
 def queue_remove(*, product_id: int) -> int:
-    """The product sells without a queue again; its passes are deleted. Returns how many. The queue's row is locked
-    first (waiting for an advance under way), then the passes: the advancer's order, so the two cannot deadlock."""
+    """The product sells without a queue again; its passes are deleted. Returns how many. One transaction a join
+    cannot interleave with (:data:`JOIN_LOCK_SQL`)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM product_queues WHERE product_id = %s FOR UPDATE", [product_id])
-        cursor.execute("DELETE FROM queue_passes WHERE product_id = %s", [product_id])
-        deleted = cursor.rowcount
+        deleted = _queue_clear(cursor, product_id)
         cursor.execute("DELETE FROM product_queues WHERE product_id = %s", [product_id])
+    return deleted
+
+
+@transaction.atomic
+def queue_reset(*, product_id: int, admit_per_second: int | None = None) -> int:
+    """A fresh queue for the product (a new sale): the earlier passes deleted and every counter at zero, at
+    ``admit_per_second`` (QUEUE_ADMIT_PER_SECOND by default), in one transaction a join cannot interleave with (a
+    join's pass is deleted with the old queue or belongs to the new one). Returns the passes deleted."""
+    pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
+    _check_pace(pace)
+    if not _product_exists(product_id):
+        raise ProductNotFound(product_id=product_id)
+    with connection.cursor() as cursor:
+        deleted = _queue_clear(cursor, product_id)
+        cursor.execute(RESET_QUEUE_SQL, {"product_id": product_id, "pace": pace})
     return deleted
 
 

@@ -1,6 +1,7 @@
 """The one results table: medians over the rounds, each row's ratio to its baseline row of the same run, the block
 written between its markers of docs/benchmarks.md and nowhere else; ``python -m bench`` names its measurements."""
 
+import json
 import re
 
 import pytest
@@ -113,3 +114,20 @@ def test_each_decision_names_rows_the_bench_measures():
     assert named and named <= rows, named - rows
     bullets = decisions.split("\n- ")[1:]
     assert bullets and all(re.search(r"\brow\b", bullet, re.IGNORECASE) for bullet in bullets)
+
+
+def test_the_load_tests_server_latencies_come_from_the_access_lines_of_its_own_run(tmp_path):
+    from bench import loadtest
+
+    def line(method, path, status, ms):
+        return json.dumps({"method": method, "path": path, "status": status, "duration_ms": ms}) + "\n"
+
+    log = tmp_path / "gunicorn.log"
+    log.write_text(line("GET", "/v1/queue/passes/1", 200, 99.0) + "[INFO] Booting worker\n")
+    offset = log.stat().st_size
+    with log.open("a") as f:
+        f.writelines(line("GET", f"/v1/queue/passes/{i}", 200, float(i)) for i in range(1, 101))
+        f.write(line("POST", "/v1/checkout", 503, 2.0))
+    by_kind = loadtest.server_latencies(log, offset)
+    assert by_kind["poll"] == {"n": 100, "p50_ms": 51.0, "p99_ms": 100.0, "503": 0}  # the earlier line left out
+    assert by_kind["checkout"] == {"n": 1, "p50_ms": 2.0, "p99_ms": 2.0, "503": 1}

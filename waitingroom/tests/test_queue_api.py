@@ -43,10 +43,14 @@ def test_join_gives_one_pass_201_then_200_and_get_answers_the_same_body(api, mak
     assert again.json() == body
     assert body["state"] == "waiting" and body["position"] is None and body["paused"] is False
     assert body["admit_per_second"] == 7 and body["units_may_return"] is False
-    assert 60 <= body["poll_after"] <= 60 + 30 + 1  # the opening, plus its slot in QUEUE_POLL_MAX_SECONDS
+    assert body["poll_after"] == 30  # at most QUEUE_POLL_MAX_SECONDS, whatever the time to the opening
     assert 59 <= body["eta_seconds"] <= 60
+    assert body["poll_url"] == f"/v1/queue/passes/{body['pass_id']}" and body["poll_header"] == "Queue-Pass"
+    signed = {key: body.pop(key) for key in ("pass_token", "poll_url", "poll_header")}
     assert api.get(f"/v1/products/{product.pk}/queue").json() == body
     assert api.get(f"/v1/queue/passes/{body['pass_id']}").json() == body
+    with_token = api.get(signed["poll_url"], HTTP_QUEUE_PASS=signed["pass_token"])
+    assert with_token.json() == body
     assert QueuePass.objects.filter(product=product).count() == 1
 
 
@@ -88,7 +92,7 @@ def test_refused_joins_write_nothing(api, make_product):
 
 
 def test_checkout_of_a_queued_product_needs_an_admission_and_uses_it(api, make_product):
-    product = make_product(stock=5, max_per_customer=2)
+    product = make_product(stock=5, max_per_customer=1)
     queue_product(product, starts_in=-1)
 
     refused = checkout(api, product)
@@ -103,15 +107,24 @@ def test_checkout_of_a_queued_product_needs_an_admission_and_uses_it(api, make_p
     admitted = api.get(f"/v1/products/{product.pk}/queue").json()
     assert admitted["state"] == "admitted" and admitted["admitted_until"] and admitted["poll_after"] is None
 
-    too_many = checkout(api, product, qty=3)  # refused for quantity: the admission is kept
+    too_many = checkout(api, product, qty=2)  # refused for quantity: the admission is kept
     assert too_many.json()["code"] == "purchase_limit_exceeded"
+    assert api.get(f"/v1/products/{product.pk}/queue").json()["state"] == "admitted"
+    beyond = checkout(api, product, qty=3)  # more than one admission buys (QUEUE_UNITS_PER_ADMISSION = 2)
+    assert (beyond.status_code, beyond.json()["code"], beyond.json()["max_units"]) == (
+        409,
+        "admission_units_exceeded",
+        2,
+    )
+    assert "Retry-After" not in beyond
     assert api.get(f"/v1/products/{product.pk}/queue").json()["state"] == "admitted"
 
     bought = checkout(api, product)
     assert bought.status_code == 201, bought.json()
     assert api.get(f"/v1/products/{product.pk}/queue").json()["state"] == "used"
     again = checkout(api, product)  # one admission, one checkout
-    assert (again.json()["code"], again.json()["pass_states"]) == ("admission_required", ["used"])
+    assert (again.status_code, again.json()["code"]) == (409, "admission_used")
+    assert "Retry-After" not in again  # final: nothing to wait for
     assert Order.objects.count() == 1
     assert_invariants()
 
@@ -226,10 +239,40 @@ def test_sale_window_still_comes_first(api, make_product):
 
 @pytest.mark.parametrize("waiting", [5_000, 100_000, 1_000_000])
 def test_the_total_poll_rate_stays_under_the_stated_bound(waiting, settings):
-    """docs/queue.md#polling: N waiting passes at pace r poll at most 2r(1 + ln(1 + N / (2r·P_min))) times a
-    second, whatever N."""
+    """docs/queue.md#polling: N waiting passes at pace r poll at most 2r(1 + ln(P_max / P_min)) + N / P_max times a
+    second."""
     pace = 50
     rate = sum(1 / poll_after_seconds(ahead=d, pace=pace, paused=False) for d in range(waiting))
-    bound = 2 * pace * (1 + math.log(1 + waiting / (2 * pace * settings.QUEUE_POLL_MIN_SECONDS)))
+    p_min, p_max = settings.QUEUE_POLL_MIN_SECONDS, settings.QUEUE_POLL_MAX_SECONDS
+    bound = 2 * pace * (1 + math.log(p_max / p_min)) + waiting / p_max
     assert rate <= bound
     assert rate > bound / 2  # the bound is not loose by orders of magnitude
+
+
+def seconds_late(raised_at: int, settings) -> float:
+    """10,000 ahead at 10 per second, the pace raised to 50 at ``raised_at``: how long after its admission a client
+    polling when told sees it (the signed poll's counters QUEUE_COUNTERS_MAX_AGE_SECONDS old)."""
+    position = 10_000
+    lag = settings.QUEUE_COUNTERS_MAX_AGE_SECONDS
+
+    def admitted_through(t: float) -> float:
+        return 10 * min(t, raised_at) + 50 * max(0.0, t - raised_at)
+
+    admitted_at = next(t / 10 for t in range(0, 10_000_000) if admitted_through(t / 10) >= position)
+    t = 0.0
+    while admitted_through(max(0.0, t - lag)) < position:  # what the poll sees: counters up to `lag` old
+        ahead = position - int(admitted_through(max(0.0, t - lag))) - 1
+        t += poll_after_seconds(ahead=ahead, pace=10 if t < raised_at else 50, paused=False)
+    return t - admitted_at
+
+
+@pytest.mark.parametrize("raised_at", [0, 50, 150, 190, 400])
+def test_a_client_that_obeys_poll_after_sees_its_admission_in_time_when_ops_raise_the_pace(raised_at, settings):
+    """With at least half the admission's TTL left, however the pace changes: poll_after is at most
+    QUEUE_POLL_MAX_SECONDS."""
+    assert seconds_late(raised_at, settings) <= settings.ADMISSION_TTL_SECONDS / 2
+
+
+def test_control_an_unbounded_poll_after_misses_the_admission_when_the_pace_is_raised(settings):
+    settings.QUEUE_POLL_MAX_SECONDS = 10**6  # half the ETA, no upper bound
+    assert seconds_late(50, settings) > settings.ADMISSION_TTL_SECONDS  # told 500 s, admitted at ~240 s: lapsed

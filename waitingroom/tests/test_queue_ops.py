@@ -5,12 +5,13 @@ import io
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
 from inventory.tests.test_admin import client_for, make_staff
 from skincare import metrics
-from waitingroom import services
+from waitingroom import selectors, services
 from waitingroom.metrics import QueueCollector
 from waitingroom.models import ProductQueue, QueuePass
 from waitingroom.testing import admit_now, queue_product
@@ -118,3 +119,34 @@ def test_the_sale_board_shows_a_queued_products_waiting_room_and_none_for_the_ot
     services.queue_pause(product_id=queued.pk, paused=True)
     data = viewer.get(reverse("sale-board-data"), {"product": [queued.pk]}).json()
     assert {p["id"]: p for p in data["products"]}[queued.pk]["queue"]["paused"] is True
+
+
+def test_queue_counts_from_the_counters_equal_the_passes_counted_one_by_one(make_product, make_customer):
+    """The ops counts (queue_states) are read from the queue's counters and two small index scans; they must equal
+    every pass's own state (PASS_OWN_STATE_SQL) counted over the whole queue."""
+    product = make_product(stock=6)
+    queue_product(product, pace=50, starts_in=-1)
+    customers = [make_customer() for _ in range(12)]
+    for customer in customers:
+        services.queue_join(customer=customer, product_id=product.pk)
+    admit_now(product)  # six admitted, six placed and waiting
+    late = make_customer()
+    services.queue_join(customer=late, product_id=product.pk)  # not placed yet
+    with connection.cursor() as cursor:  # of the six admitted: two used, two lapsed, two outstanding
+        cursor.execute(
+            "UPDATE queue_passes SET used_at = now() WHERE product_id = %s AND position IN (1, 2)", [product.pk]
+        )
+        cursor.execute(
+            "UPDATE queue_passes SET admitted_until = now() - interval '1 second' "
+            "WHERE product_id = %s AND position IN (3, 4)",
+            [product.pk],
+        )
+        cursor.execute(
+            f"SELECT state, count(*) FROM (SELECT {selectors.PASS_OWN_STATE_SQL} AS state FROM queue_passes qp "
+            "WHERE qp.product_id = %s) s GROUP BY state",
+            [product.pk],
+        )
+        one_by_one = dict(cursor.fetchall())
+    (state,) = selectors.queue_states(product_ids=[product.pk])
+    counted = {"waiting": state.waiting, "admitted": state.admitted, "used": state.used, "expired": state.expired}
+    assert counted == one_by_one == {"waiting": 7, "admitted": 2, "used": 2, "expired": 2}

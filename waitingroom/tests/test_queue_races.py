@@ -25,7 +25,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection, connections
 
-from devtools.testing import assert_invariants, make_overdue, run_concurrently, wait_until
+from devtools.testing import assert_invariants, backends, make_overdue, run_concurrently, wait_until
 from inventory.exceptions import StockConflict
 from orders.models import Order
 from payments import checkout as checkouts
@@ -33,7 +33,7 @@ from payments import services as payment_services
 from skincare.db import db_now
 from waitingroom import admission, services
 from waitingroom.exceptions import AdmissionRequired, QueueSoldOut
-from waitingroom.models import QueuePass
+from waitingroom.models import ProductQueue, QueuePass
 from waitingroom.selectors import pass_get
 from waitingroom.testing import (
     admit_now,
@@ -384,3 +384,70 @@ def test_sold_out_ends_the_queue(make_product):
     with pytest.raises(QueueSoldOut):
         services.queue_join(customer=make_customers(1, "toolate")[0], product_id=product.pk)
     assert_invariants()
+
+
+def join_racing_a_removal(product, customer):
+    """A join that has checked the queue (it exists) and is about to insert its pass, while ops remove the queue:
+    the join is held right before its INSERT until the removal has either finished or is waiting for a lock.
+    Returns how the join ended (the exception's name, or "joined") and the passes of the product once both are
+    done."""
+    checked, proceed = threading.Event(), threading.Event()
+    outcome = []
+
+    def hold_before_insert(execute, sql, params, many, context):
+        if sql == services.JOIN_INSERT_SQL:
+            checked.set()
+            proceed.wait(timeout=60)
+        return execute(sql, params, many, context)
+
+    def join():
+        try:
+            with connection.execute_wrapper(hold_before_insert):
+                services.queue_join(customer=customer, product_id=product.pk)
+            outcome.append("joined")
+        except Exception as exc:  # the outcome is the test's subject
+            outcome.append(type(exc).__name__)
+        finally:
+            connection.close()
+
+    removed = threading.Event()
+
+    def remove():
+        try:
+            services.queue_remove(product_id=product.pk)
+            removed.set()
+        finally:
+            connection.close()
+
+    joiner = threading.Thread(target=join)
+    joiner.start()
+    assert checked.wait(timeout=60)
+    remover = threading.Thread(target=remove)
+    remover.start()
+    wait_until(
+        lambda: removed.is_set() or backends("wait_event_type = 'Lock' AND wait_event = 'advisory'"),
+        what="the removal done, or waiting for the join",
+    )
+    proceed.set()
+    joiner.join(timeout=60)
+    remover.join(timeout=60)
+    return outcome, QueuePass.objects.filter(product=product).count()
+
+
+def test_removing_a_queue_is_one_transaction_a_join_cannot_interleave_with(make_product, customer):
+    product = make_product(stock=5)
+    queue_product(product, starts_in=60)
+
+    # the join ran entirely before the removal: it answered its pass, and the pass went with the queue
+    assert join_racing_a_removal(product, customer) == (["joined"], 0)
+    assert not ProductQueue.objects.filter(product=product).exists()
+
+
+def test_control_without_the_joins_shared_lock_a_removal_breaks_a_join_under_way(make_product, customer, monkeypatch):
+    monkeypatch.setattr(services, "JOIN_LOCK_SQL", "SELECT %(key)s")
+    product = make_product(stock=5)
+    queue_product(product, starts_in=60)
+
+    # the removal ran between the join's check and its insert: the join finds no pass of a queue afterwards (a 500)
+    assert join_racing_a_removal(product, customer) == (["AssertionError"], 0)
+    assert not ProductQueue.objects.filter(product=product).exists()

@@ -1,0 +1,171 @@
+"""The signed pass (docs/queue.md#polling): a forged or another customer's pass is refused, the answer computed from
+the signed pass and the process's queue counters agrees with the database's, and a waiting pass's poll costs no
+statement while the counters are fresh."""
+
+import pytest
+from django.core import signing
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from waitingroom import counters, passtoken, selectors, services
+from waitingroom.models import QueuePass
+from waitingroom.testing import admit_now, queue_product, reset_queue_clock, rewind_queue_clock, sale_starts_in
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(customer):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {customer.api_token}")
+    return client
+
+
+def join(client, product):
+    body = client.post(f"/v1/products/{product.pk}/queue").json()
+    return body["poll_url"], body["pass_token"]
+
+
+def poll(client, url, token):
+    return client.get(url, HTTP_QUEUE_PASS=token)
+
+
+def test_a_forged_pass_is_refused(api, make_product):
+    product = make_product(stock=5)
+    queue_product(product, starts_in=60)
+    url, token = join(api, product)
+    payload = signing.Signer(salt=passtoken.SALT).unsign_object(token)
+    signature = token.rsplit(":", 1)[1]
+    moved_up = signing.Signer(salt=passtoken.SALT).sign_object({**payload, "n": 1}).rsplit(":", 1)[0]
+    wrong_key = signing.Signer(key="not the secret", salt=passtoken.SALT).sign_object({**payload, "n": 1})
+
+    for forged in (f"{moved_up}:{signature}", wrong_key, token[:-2], "garbage", ""):
+        refused = poll(api, url, forged)
+        assert (refused.status_code, refused.json()["code"]) == (403, "queue_pass_invalid"), forged
+    assert poll(api, url, token).status_code == 200  # control: the genuine pass
+
+
+def test_another_customers_pass_is_refused(api, make_customer, make_product):
+    product = make_product(stock=5)
+    queue_product(product, starts_in=60)
+    url, token = join(api, product)
+    other = client_for(make_customer())
+    other_url, other_token = join(other, product)
+
+    copied = poll(other, url, token)  # the pass copied to another customer's client
+    assert (copied.status_code, copied.json()["code"]) == (403, "queue_pass_invalid")
+    swapped = poll(other, url, other_token)  # a genuine pass of one's own, sent for another's pass id
+    assert (swapped.status_code, swapped.json()["code"]) == (403, "queue_pass_invalid")
+    assert poll(other, other_url, other_token).status_code == 200  # control: one's own pass
+    assert poll(api, url, token).status_code == 200
+
+
+def test_the_signed_pass_answers_what_the_database_answers(make_customer, make_product):
+    product = make_product(stock=30)
+    queue_product(product, pace=5, starts_in=60)
+    clients = [client_for(make_customer()) for _ in range(40)]
+    passes = [join(client, product) for client in clients]
+    sale_starts_in(product, -1)
+    reset_queue_clock(product)
+    services.queue_advance(product_id=product.pk)  # everyone placed, nobody admitted yet
+    rewind_queue_clock(product, 2)
+    admitted = services.queue_advance(product_id=product.pk).admitted  # the first few admitted
+    counters.queue_counters_forget()
+
+    placed = []
+    for client, (url, token) in zip(clients, passes, strict=True):
+        first = poll(client, url, token)  # signed before the opening: no position yet, the answer signs it
+        assert first.status_code == 200
+        placed.append(first.json()["pass_token"])
+    checked = 0
+    for client, customer_token, (url, _) in zip(clients, placed, passes, strict=True):
+        body = poll(client, url, customer_token).json()
+        expected = selectors.pass_get(customer_id=_customer_id(customer_token), pass_id=_pass_id(customer_token))
+        assert expected is not None
+        database = expected.to_json()
+        assert {k: body[k] for k in database} == database
+        checked += 1
+    assert checked == 40
+    states = sorted(selectors.pass_get(customer_id=_customer_id(t), pass_id=_pass_id(t)).state for t in placed)
+    assert 0 < states.count("admitted") == admitted < 40  # both paths (the database's, the counters') compared
+    assert states.count("waiting") == 40 - admitted
+
+
+def _customer_id(token):
+    return signing.Signer(salt=passtoken.SALT).unsign_object(token)["c"]
+
+
+def _pass_id(token):
+    return signing.Signer(salt=passtoken.SALT).unsign_object(token)["i"]
+
+
+def placed_pass(api, product):
+    """A pass placed behind 20 others and not admitted, with its signed copy carrying its position."""
+    queue_product(product, pace=5, starts_in=60)
+    url, token = join(api, product)
+    sale_starts_in(product, -1)
+    reset_queue_clock(product)
+    services.queue_advance(product_id=product.pk)
+    with connection.cursor() as cursor:  # 20 placed ahead of it: it waits whatever its draw
+        cursor.execute("UPDATE queue_passes SET position = position + 20 WHERE product_id = %s", [product.pk])
+    return url, poll(api, url, token).json()["pass_token"]
+
+
+def test_a_waiting_pass_polls_without_a_statement_while_the_counters_are_fresh(api, make_product):
+    url, token = placed_pass(api, make_product(stock=5))
+    poll(api, url, token)  # this process reads the queues' counters (and remembers the customer's token)
+
+    with CaptureQueriesContext(connection) as queries:
+        answers = [poll(api, url, token) for _ in range(50)]
+    assert [a.json()["state"] for a in answers] == ["waiting"] * 50
+    assert {a.json()["position"] for a in answers} == {21} and {a.json()["ahead"] for a in answers} == {20}
+    assert len(queries) == 0, [q["sql"] for q in queries]
+
+
+def test_control_stale_counters_and_polls_without_the_signed_pass_read_the_database(api, make_product):
+    url, token = placed_pass(api, make_product(stock=5))
+    poll(api, url, token)
+
+    counters.queue_counters_forget()  # as when QUEUE_COUNTERS_MAX_AGE_SECONDS has passed
+    with CaptureQueriesContext(connection) as stale:
+        poll(api, url, token)
+        poll(api, url, token)
+    assert len(stale) == 1  # one read of every queue's counters for the process, not one per poll
+    with CaptureQueriesContext(connection) as cookie:
+        assert api.get(url).json()["position"] == 21  # the cookie the join set is a signed pass too
+    assert len(cookie) == 0
+    api.cookies.clear()
+    with CaptureQueriesContext(connection) as unsigned:
+        assert api.get(url).json()["position"] == 21
+    assert len(unsigned) == 1  # without a signed pass: the pass read from the database
+
+
+def test_admission_and_its_use_stay_exact_in_the_database(api, make_product):
+    product = make_product(stock=5)
+    url, token = placed_pass(api, product)
+    poll(api, url, token)
+    admit_now(product)  # everyone up to the stock: the pass (position 21) is not among them
+    assert poll(api, url, token).json()["state"] == "waiting"
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE queue_passes SET position = position - 20 WHERE product_id = %s", [product.pk])
+    admit_now(product)
+    counters.queue_counters_forget()
+
+    admitted = poll(api, url, token).json()  # at or before the serving counter: read from the database
+    assert admitted["state"] == "admitted" and admitted["admitted_until"] is not None
+    assert admitted["position"] == 1 and admitted["pass_token"] != token  # re-signed with its new position
+
+
+def test_before_the_opening_a_pass_reveals_nothing_of_its_draw(make_customer, make_product):
+    product = make_product(stock=5)
+    queue_product(product, starts_in=600)
+    answers = []
+    for _ in range(20):
+        client = client_for(make_customer())
+        url, token = join(client, product)
+        answers.append(poll(client, url, token).json())
+    draws = dict(QueuePass.objects.filter(product=product).values_list("id", "draw"))
+    assert len(set(draws.values())) == 20  # the draws differ
+    # every answer alike whatever the draw: the position unknown, the next poll at QUEUE_POLL_MAX_SECONDS
+    assert {(a["position"], a["ahead"], a["poll_after"]) for a in answers} == {(None, None, 30)}
+    assert "draw" not in passtoken.SignedPass.__dataclass_fields__  # nor does the signed pass carry it
