@@ -297,6 +297,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     # Swagger UI from the drf-spectacular-sidecar wheel, served by this app (no CDN).
+    # Ids in paths (skincare.validation.DatabaseIdConverter): 1 to 2^63 - 1, a PostgreSQL bigint.
+    "PATH_CONVERTER_OVERRIDES": {"id": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

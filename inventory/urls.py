@@ -4,5 +4,5 @@ from inventory.api import ProductDetailApi, ProductListApi
 
 urlpatterns = [
     path("products", ProductListApi.as_view(), name="product-list"),
-    path("products/<int:product_id>", ProductDetailApi.as_view(), name="product-detail"),
+    path("products/<id:product_id>", ProductDetailApi.as_view(), name="product-detail"),
 ]

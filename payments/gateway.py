@@ -16,6 +16,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Protocol
 
+from payments.exceptions import InvalidSignature
+
 # A transaction's status, in the shop's words (each gateway maps its own onto these).
 SETTLED = "settled"  # the money is taken
 OPEN = "open"  # the buyer started paying and may still finish (Midtrans `pending`, a challenged capture)
@@ -68,7 +70,9 @@ class SandboxGateway:
         raise NotImplementedError("the sandbox's payment_url is its signed page (payments.sandbox.payment_url)")
 
     def notification_read(self, *, body: bytes) -> int:
-        raise NotImplementedError("the sandbox notifies through the signed webhook (payments.api.PaymentWebhookApi)")
+        """Refused like a notification without a configured key (401): the sandbox notifies through the signed
+        webhook (payments.api.PaymentWebhookApi), never through Midtrans's endpoint."""
+        raise InvalidSignature("Midtrans notifications are not enabled here (PAYMENT_GATEWAY is sandbox).")
 
     def status_get(self, *, order_id: int) -> TransactionStatus | None:
         return None

@@ -85,3 +85,20 @@ def parse_rate(spec: str) -> tuple[int, int] | None:
     if not sep or not count.strip().isdigit() or unit.strip().lower() not in RATE_UNITS or int(count) < 1:
         raise ValueError(f"rate {spec!r} is not like '20/minute' (units: second, minute, hour, day)")
     return int(count), RATE_UNITS[unit.strip().lower()]
+
+
+class DatabaseIdConverter:
+    """A path segment that names a row by its id (``<id:product_id>``, registered in config/urls.py): digits, 1 to
+    BIGINT_MAX. A larger number names no row, so the URL does not match (404) instead of reaching PostgreSQL as a
+    value its ``bigint`` cannot hold."""
+
+    regex = "[0-9]+"
+
+    def to_python(self, value: str) -> int:
+        number = int(value)
+        if not 0 < number <= BIGINT_MAX:
+            raise ValueError(value)
+        return number
+
+    def to_url(self, value: int) -> str:
+        return str(value)

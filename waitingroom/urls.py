@@ -3,6 +3,6 @@ from django.urls import path
 from waitingroom.api import QueueApi, QueuePassApi
 
 urlpatterns = [
-    path("products/<int:product_id>/queue", QueueApi.as_view(), name="product-queue"),
-    path("queue/passes/<int:pass_id>", QueuePassApi.as_view(), name="queue-pass"),
+    path("products/<id:product_id>/queue", QueueApi.as_view(), name="product-queue"),
+    path("queue/passes/<id:pass_id>", QueuePassApi.as_view(), name="queue-pass"),
 ]

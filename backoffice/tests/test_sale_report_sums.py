@@ -59,5 +59,6 @@ def test_every_payment_that_needs_ops_is_listed(make_product, make_customer):
         "refunds_to_make": 1,
         "refund_amount": Decimal("10.00"),
         "mismatches": 2,  # the wrong amount and the wrong currency: both ops' to settle
+        "to_reconcile": 0,  # no gateway session was left unanswered
     }
     assert report.audit == []
