@@ -46,15 +46,16 @@ class TransactionStatus:
 class Gateway(Protocol):
     name: str
 
+    # ``gateway_order_id``: the id the gateway knows the order's transaction by (payments.models.PaymentSession).
     def session_create(
-        self, *, order_id: int, amount: Decimal, currency: str, now: datetime, ends_at: datetime
+        self, *, order_id: int, gateway_order_id: str, amount: Decimal, currency: str, now: datetime, ends_at: datetime
     ) -> Session: ...
 
-    def notification_read(self, *, body: bytes) -> int: ...
+    def notification_read(self, *, body: bytes) -> str: ...
 
-    def status_get(self, *, order_id: int) -> TransactionStatus | None: ...
+    def status_get(self, *, gateway_order_id: str) -> TransactionStatus | None: ...
 
-    def transaction_expire(self, *, order_id: int) -> None: ...
+    def transaction_expire(self, *, gateway_order_id: str) -> None: ...
 
 
 class SandboxGateway:
@@ -63,15 +64,15 @@ class SandboxGateway:
     name = "sandbox"
 
     def session_create(
-        self, *, order_id: int, amount: Decimal, currency: str, now: datetime, ends_at: datetime
+        self, *, order_id: int, gateway_order_id: str, amount: Decimal, currency: str, now: datetime, ends_at: datetime
     ) -> Session:
         raise NotImplementedError("the sandbox's payment_url is its signed page (payments.sandbox.payment_url)")
 
-    def notification_read(self, *, body: bytes) -> int:
+    def notification_read(self, *, body: bytes) -> str:
         raise NotImplementedError("the sandbox notifies through the signed webhook (payments.api.PaymentWebhookApi)")
 
-    def status_get(self, *, order_id: int) -> TransactionStatus | None:
+    def status_get(self, *, gateway_order_id: str) -> TransactionStatus | None:
         return None
 
-    def transaction_expire(self, *, order_id: int) -> None:
+    def transaction_expire(self, *, gateway_order_id: str) -> None:
         return None
