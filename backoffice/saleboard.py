@@ -19,6 +19,8 @@ Where each number comes from:
   ``cancel`` = cancelled), found from the newest ledger row backwards so the read costs what the window holds;
 - units held by unpaid orders and the next expiries: ``active`` reservations of the product by ``expires_at``;
 - sweeper lag: how far ``now()`` is past the oldest ``active`` reservation's ``expires_at`` (0 when none is due);
+- orders to reconcile: the orders the sweeper expired without the gateway's word
+  (``payments.reporting.TO_RECONCILE_SQL``, the sale report's same definition), read by the sweeper-lag statement;
 - refusals by code and checkout p50/p99: this instance's Prometheus counters (not in the database);
 - the waiting room: the product's queue (:func:`waitingroom.selectors.queue_states`), None without one.
 """
@@ -35,6 +37,7 @@ from backoffice import opsmetrics
 from inventory.models import StockMovement
 from inventory.selectors import SALE_STATE_SQL, STOCK_SUM_SQL
 from orders.models import ReservationStatus
+from payments.reporting import TO_RECONCILE_SQL
 from waitingroom.selectors import QueueState, queue_states
 
 # Status and reason values come from the TextChoices, interpolated once when this module loads.
@@ -109,8 +112,10 @@ SERIES_SQL = f"""
      GROUP BY 1, 2, 3
 """
 
+# With it, the orders to reconcile (one more column, not one more statement).
 SWEEPER_LAG_SQL = f"""
-    SELECT count(*), COALESCE(extract(epoch FROM now() - min(expires_at))::float8, 0)
+    SELECT count(*), COALESCE(extract(epoch FROM now() - min(expires_at))::float8, 0),
+           (SELECT count(*) FROM ({TO_RECONCILE_SQL}) r)
       FROM inventory_reservations WHERE status = '{ACTIVE}' AND expires_at <= now()
 """
 
@@ -124,13 +129,17 @@ def board(*, pinned: list[int] | None = None) -> dict[str, Any]:
     for product_id, second, reason, orders, units in snapshot["series"]:
         series_rows[product_id].append((second - first_second, reason, orders, units))
     queues = {state.product_id: state for state in snapshot["queues"]}
-    overdue_count, overdue_seconds = snapshot["sweeper_lag"]
+    overdue_count, overdue_seconds, to_reconcile = snapshot["sweeper_lag"]
     return {
         "now": snapshot["now"].isoformat(),
         "now_epoch": snapshot["now_epoch"],
         "series": {"first_second": first_second, "seconds": SERIES_SECONDS},
         "products": [_product(row, series_rows[row["id"]], queues.get(row["id"])) for row in snapshot["products"]],
-        "sweeper": {"overdue_reservations": overdue_count, "lag_seconds": round(overdue_seconds, 3)},
+        "sweeper": {
+            "overdue_reservations": overdue_count,
+            "lag_seconds": round(overdue_seconds, 3),
+            "orders_to_reconcile": to_reconcile,
+        },
         "checkout": opsmetrics.checkout_snapshot(),
         "refresh_ms": round(1000 * (time.perf_counter() - started), 2),
     }

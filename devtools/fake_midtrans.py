@@ -4,7 +4,8 @@ and expire endpoints, in the shapes Midtrans documents, on a threaded HTTP serve
 A test drives what the gateway knows (:meth:`FakeMidtrans.pay`), builds documented notification bodies signed with
 the real SHA-512 signature (:meth:`FakeMidtrans.notification`), and makes an endpoint stop answering
 (:meth:`FakeMidtrans.stall`: the request waits, without sleeping, until the test releases it or the server stops),
-so the shop's timeouts are exercised over real sockets.
+so the shop's timeouts are exercised over real sockets. Like Midtrans, Snap refuses a second transaction with an
+``order_id`` it has seen (HTTP 400), even one whose answer the shop never received (:meth:`FakeMidtrans.lose_answer`).
 """
 
 import base64
@@ -39,6 +40,8 @@ class FakeMidtrans:
         self.snap_requests: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request, in order
         self.stalled: set[str] = set()  # "snap", "status", "expire"
+        self.snap_order_ids: list[str] = []  # the order_id of every Snap transaction created, in order
+        self.lose_snap_answers = 0  # the next N Snap transactions are created, then their answer is lost
         self.release = threading.Event()
         # Called on the handling thread with (method, path) before each answer (a test's probe of the shop's state).
         self.on_request: Callable[[str, str], None] | None = None
@@ -58,6 +61,15 @@ class FakeMidtrans:
         self.server.shutdown()
         self.server.server_close()
 
+    def lose_answer(self) -> None:
+        """The next Snap transaction is created, then its answer never arrives (the shop's timeout fires first)."""
+        self.lose_snap_answers += 1
+
+    def gateway_order_id(self, order_id: int) -> str:
+        """The ``order_id`` of the order's newest Snap transaction (``<order>-<attempt>``), or the order id alone."""
+        ids = [i for i in self.snap_order_ids if i.partition("-")[0] == str(order_id)]
+        return ids[-1] if ids else str(order_id)
+
     def stall(self, *endpoints: str) -> None:
         """These endpoints stop answering until :attr:`release` is set (the shop's timeout fires first)."""
         self.stalled.update(endpoints)
@@ -73,13 +85,14 @@ class FakeMidtrans:
     ) -> dict[str, Any]:
         """The buyer acted on the Snap page: the transaction of ``order_id`` now has ``status``."""
         with self._lock:
-            existing = self.transactions.get(str(order_id))
+            key = self.gateway_order_id(order_id)
+            existing = self.transactions.get(key)
             transaction_id = existing["transaction_id"] if existing else f"fake-tx-{next(self._ids)}"
             record = {
                 "status_code": STATUS_CODES.get(status, "200"),
                 "status_message": "Success, transaction is found",
                 "transaction_id": transaction_id,
-                "order_id": str(order_id),
+                "order_id": key,
                 "gross_amount": f"{Decimal(gross_amount):.2f}",
                 "currency": currency,
                 "payment_type": "bank_transfer",
@@ -87,13 +100,13 @@ class FakeMidtrans:
                 "transaction_status": status,
                 "fraud_status": fraud_status,
             }
-            self.transactions[str(order_id)] = record
+            self.transactions[key] = record
             return dict(record)
 
     def notification(self, order_id: int, *, signature_key: str | None = None) -> bytes:
         """The HTTP notification Midtrans would POST for the transaction's current state, signed with the server
         key (``signature_key`` overrides the signature)."""
-        record = dict(self.transactions[str(order_id)])
+        record = dict(self.transactions[self.gateway_order_id(order_id)])
         record["signature_key"] = signature_key or signature(
             order_id=record["order_id"],
             status_code=record["status_code"],
@@ -143,6 +156,17 @@ class FakeMidtrans:
                     return
                 if endpoint == "snap":
                     fake.snap_requests.append(body)
+                    order_id = str(body["transaction_details"]["order_id"])
+                    with fake._lock:
+                        if order_id in fake.snap_order_ids:
+                            message = "transaction_details.order_id has already been taken"
+                            self._answer(400, {"status_code": "400", "error_messages": [message]})
+                            return
+                        fake.snap_order_ids.append(order_id)
+                        lost, fake.lose_snap_answers = fake.lose_snap_answers > 0, max(fake.lose_snap_answers - 1, 0)
+                    if lost:
+                        fake.release.wait(30)
+                        return  # created, and the client gave up long ago
                     token = f"snap-token-{next(fake._ids)}"
                     self._answer(201, {"token": token, "redirect_url": f"{fake.base_url}/snap/v4/redirection/{token}"})
                     return

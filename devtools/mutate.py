@@ -943,11 +943,20 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "snap-retry-reuses-order-id",
+        "every Snap attempt of an order sends the same order_id, which Midtrans refuses after a lost answer",
+        "payments/sessions.py",
+        "payment_session_open",
+        'gateway_order_id = f"{order_id}-{secrets.token_hex(4)}"',
+        "gateway_order_id = str(order_id)",
+        ("payments/tests/test_midtrans.py::test_a_retry_after_a_lost_snap_answer_opens_a_new_transaction",),
+    ),
+    Mutation(
         "sweeper-asks-no-gateway",
         "the sweeper cancels orders with a gateway session without asking the status API",
         "payments/sessions.py",
         "sessions_check_due",
-        "status = gw.status_get(order_id=order_id)",
+        "status = gw.status_get(gateway_order_id=gateway_order_id)",
         "status = None",
         (
             "payments/tests/test_midtrans.py::test_the_sweeper_recovers_a_lost_notification",

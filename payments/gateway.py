@@ -48,15 +48,16 @@ class TransactionStatus:
 class Gateway(Protocol):
     name: str
 
+    # ``gateway_order_id``: the id the gateway knows the order's transaction by (payments.models.PaymentSession).
     def session_create(
-        self, *, order_id: int, amount: Decimal, currency: str, now: datetime, ends_at: datetime
+        self, *, order_id: int, gateway_order_id: str, amount: Decimal, currency: str, now: datetime, ends_at: datetime
     ) -> Session: ...
 
-    def notification_read(self, *, body: bytes) -> int: ...
+    def notification_read(self, *, body: bytes) -> str: ...
 
-    def status_get(self, *, order_id: int) -> TransactionStatus | None: ...
+    def status_get(self, *, gateway_order_id: str) -> TransactionStatus | None: ...
 
-    def transaction_expire(self, *, order_id: int) -> None: ...
+    def transaction_expire(self, *, gateway_order_id: str) -> None: ...
 
 
 class SandboxGateway:
@@ -65,17 +66,17 @@ class SandboxGateway:
     name = "sandbox"
 
     def session_create(
-        self, *, order_id: int, amount: Decimal, currency: str, now: datetime, ends_at: datetime
+        self, *, order_id: int, gateway_order_id: str, amount: Decimal, currency: str, now: datetime, ends_at: datetime
     ) -> Session:
         raise NotImplementedError("the sandbox's payment_url is its signed page (payments.sandbox.payment_url)")
 
-    def notification_read(self, *, body: bytes) -> int:
+    def notification_read(self, *, body: bytes) -> str:
         """Refused like a notification without a configured key (401): the sandbox notifies through the signed
         webhook (payments.api.PaymentWebhookApi), never through Midtrans's endpoint."""
         raise InvalidSignature("Midtrans notifications are not enabled here (PAYMENT_GATEWAY is sandbox).")
 
-    def status_get(self, *, order_id: int) -> TransactionStatus | None:
+    def status_get(self, *, gateway_order_id: str) -> TransactionStatus | None:
         return None
 
-    def transaction_expire(self, *, order_id: int) -> None:
+    def transaction_expire(self, *, gateway_order_id: str) -> None:
         return None

@@ -57,10 +57,12 @@ def gateway_status(data: dict[str, Any]) -> str:
 
 
 def order_id_of(value: Any) -> int:
-    """The shop's order id in Midtrans's ``order_id`` (this shop sends its own order id as the text of a number)."""
-    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 18:
+    """The shop's order id in Midtrans's ``order_id``: ``<order>-<attempt>`` (payments.models.PaymentSession), or
+    the order id alone (sessions created before attempts were numbered)."""
+    order = value.partition("-")[0] if isinstance(value, str) else None
+    if not order or not value.isascii() or not order.isdigit() or len(order) > 18 or len(value) > 50:
         raise InvalidInput("order_id is not one of this shop's orders.", fields={"order_id": ["An order id."]})
-    return int(value)
+    return int(order)
 
 
 class MidtransGateway:
@@ -113,7 +115,7 @@ class MidtransGateway:
         return status, data
 
     def session_create(
-        self, *, order_id: int, amount: Decimal, currency: str, now: datetime, ends_at: datetime
+        self, *, order_id: int, gateway_order_id: str, amount: Decimal, currency: str, now: datetime, ends_at: datetime
     ) -> gateway.Session:
         """A Snap session that ends at ``ends_at`` (whole minutes, rounded down), counted from ``now`` (both by
         the database clock)."""
@@ -121,7 +123,7 @@ class MidtransGateway:
         if minutes < 1:
             raise ValueError("a Snap session lasts at least one minute")
         body = {
-            "transaction_details": {"order_id": str(order_id), "gross_amount": int(amount)},
+            "transaction_details": {"order_id": gateway_order_id, "gross_amount": int(amount)},
             "item_details": [{"id": str(order_id), "price": int(amount), "quantity": 1, "name": f"Order {order_id}"}],
             "custom_expiry": {
                 "order_time": now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S +0000"),
@@ -136,8 +138,8 @@ class MidtransGateway:
             raise GatewayUnavailable(f"Midtrans refused the Snap session ({status}): {data.get('error_messages')}")
         return gateway.Session(token=token, redirect_url=redirect_url)
 
-    def notification_read(self, *, body: bytes) -> int:
-        """The order a notification names, once its ``signature_key`` is verified (constant-time); anything else
+    def notification_read(self, *, body: bytes) -> str:
+        """The gateway order id a notification names, once its ``signature_key`` is verified (constant-time); anything else
         raises InvalidSignature (401) or InvalidInput (400)."""
         if not self.server_key:
             raise InvalidSignature("MIDTRANS_SERVER_KEY is not configured; refusing all notifications.")
@@ -155,9 +157,11 @@ class MidtransGateway:
         )
         if not hmac.compare_digest(expected.encode(), signature_key.lower().encode()):
             raise InvalidSignature("The notification's signature_key does not match.")
-        return order_id_of(order_id)
+        order_id_of(order_id)
+        return order_id
 
-    def status_get(self, *, order_id: int) -> gateway.TransactionStatus | None:
+    def status_get(self, *, gateway_order_id: str) -> gateway.TransactionStatus | None:
+        order_id = gateway_order_id
         status, data = self._call("GET", f"{self.api_base_url}/v2/{order_id}/status")
         if status == 404 or str(data.get("status_code")) == "404":
             return None
@@ -171,7 +175,7 @@ class MidtransGateway:
         if str(data.get("order_id")) != str(order_id) or not amount.is_finite():
             raise GatewayUnavailable(f"Midtrans answered the status of another order than {order_id}.")
         return gateway.TransactionStatus(
-            order_id=order_id,
+            order_id=order_id_of(order_id),
             status=STATUSES.get(word, gateway.OPEN),  # an unknown status is neither money nor its absence
             gateway_status=word,
             amount=amount,
@@ -179,8 +183,9 @@ class MidtransGateway:
             transaction_id=str(data.get("transaction_id") or ""),
         )
 
-    def transaction_expire(self, *, order_id: int) -> None:
+    def transaction_expire(self, *, gateway_order_id: str) -> None:
         """Close the order's transaction; one that does not exist (404) or is already final (412) is fine."""
+        order_id = gateway_order_id
         status, data = self._call("POST", f"{self.api_base_url}/v2/{order_id}/expire")
         code = str(data.get("status_code", status))
         if code not in ("200", "407", "404", "412"):

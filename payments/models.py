@@ -121,6 +121,10 @@ class PaymentSession(models.Model):
     gateway = models.CharField(max_length=20)
     token = models.CharField(max_length=200, blank=True, db_default="")
     redirect_url = models.URLField(max_length=500, blank=True, db_default="")
+    # The order id the gateway knows this session's transaction by: ``<order>-<attempt>``, one per attempt to create
+    # it, because Midtrans refuses a second Snap transaction with an order id it has seen (an attempt whose answer
+    # was lost would otherwise block every retry). Empty: the shop's order id.
+    gateway_order_id = models.CharField(max_length=50, blank=True, db_default="")
     # When the gateway's page and transaction end: at least MIDTRANS_EXPIRY_MARGIN_SECONDS before the order's
     # payment_expires_at (database clock).
     ends_at = models.DateTimeField()

@@ -26,14 +26,17 @@ PAYMENTS_SQL = f"""
      GROUP BY 1, 2
 """
 
-# Orders (created since the opening, with a line of the product) whose gateway session the sweeper marked: it expired
-# them while the gateway did not answer (payments.sessions.sessions_check_due).
-UNRECONCILED_SQL = """
-    SELECT count(DISTINCT s.order_id)
-      FROM payment_sessions s
-      JOIN orders o ON o.id = s.order_id
+# The orders to reconcile: those whose gateway session the sweeper marked, because it expired them while the gateway
+# did not answer (payments.sessions.sessions_check_due); reconcile_payments compares them. The sale report counts
+# them per product (UNRECONCILED_SQL), the sale board (backoffice.saleboard) all of them.
+TO_RECONCILE_SQL = "SELECT s.order_id FROM payment_sessions s WHERE s.needs_reconciliation"
+
+# The orders to reconcile created since the opening with a line of the product.
+UNRECONCILED_SQL = f"""
+    SELECT count(DISTINCT o.id)
+      FROM orders o
       JOIN order_lines l ON l.order_id = o.id AND l.product_id = %(product)s
-     WHERE o.created_at >= %(since)s AND s.needs_reconciliation
+     WHERE o.created_at >= %(since)s AND o.id IN ({TO_RECONCILE_SQL})
 """
 
 

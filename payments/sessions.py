@@ -11,6 +11,7 @@ money for a reservation that is over.
 import dataclasses
 import json
 import logging
+import secrets
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -28,7 +29,6 @@ from payments import gateway, sandbox, services
 from payments.exceptions import GatewayUnavailable, PaymentWindowClosing
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
-from payments.models import PaymentSession
 
 logger = logging.getLogger(__name__)
 
@@ -76,16 +76,21 @@ FROM orders o LEFT JOIN payment_sessions s ON s.order_id = o.id
 WHERE o.id = %s AND o.customer_id = %s
 """
 # Claim the order's session (one visit creates it): a new row, or a claim left empty by a visit that died more than
-# twice the gateway's timeout ago. Returns the order id when this visit holds the claim.
+# twice the gateway's timeout ago. Returns the order id when this visit holds the claim. Each claim is one attempt,
+# with its own gateway order id (payments.models.PaymentSession.gateway_order_id).
 CLAIM_SESSION_SQL = """
-INSERT INTO payment_sessions (order_id, gateway, ends_at) VALUES (%s, %s, %s)
-ON CONFLICT (order_id) DO UPDATE SET created_at = now(), ends_at = EXCLUDED.ends_at
+INSERT INTO payment_sessions (order_id, gateway, ends_at, gateway_order_id) VALUES (%s, %s, %s, %s)
+ON CONFLICT (order_id) DO UPDATE SET created_at = now(), ends_at = EXCLUDED.ends_at,
+                                     gateway_order_id = EXCLUDED.gateway_order_id
     WHERE payment_sessions.redirect_url = '' AND payment_sessions.created_at < now() - make_interval(secs => %s)
 RETURNING order_id
 """
 STORED_SESSION_SQL = "SELECT redirect_url FROM payment_sessions WHERE order_id = %s"
 STORE_SESSION_SQL = "UPDATE payment_sessions SET token = %s, redirect_url = %s WHERE order_id = %s"
 RELEASE_CLAIM_SQL = "DELETE FROM payment_sessions WHERE order_id = %s AND redirect_url = ''"
+# The id the gateway knows a session's transaction by (the order id alone for a session stored without one).
+GATEWAY_ORDER_ID_SQL = "COALESCE(NULLIF(s.gateway_order_id, ''), s.order_id::text)"
+SESSION_GATEWAY_ORDER_ID_SQL = f"SELECT {GATEWAY_ORDER_ID_SQL} FROM payment_sessions s WHERE s.order_id = %s"
 
 
 def session_ends_at(*, payment_expires_at: datetime) -> datetime:
@@ -115,8 +120,12 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
     ends_at = session_ends_at(payment_expires_at=expires_at)
     if ends_at - now < timedelta(minutes=1):  # a Snap session lasts whole minutes
         raise PaymentWindowClosing(order_id=order_id)
+    # A new gateway order id per attempt: an earlier attempt whose answer was lost may have created its transaction.
+    gateway_order_id = f"{order_id}-{secrets.token_hex(4)}"
     with connection.cursor() as cursor:
-        cursor.execute(CLAIM_SESSION_SQL, [order_id, gw.name, ends_at, 2 * settings.MIDTRANS_TIMEOUT_SECONDS])
+        cursor.execute(
+            CLAIM_SESSION_SQL, [order_id, gw.name, ends_at, gateway_order_id, 2 * settings.MIDTRANS_TIMEOUT_SECONDS]
+        )
         claimed = cursor.fetchone() is not None
     if not claimed:  # another visit created it a moment ago, or is creating it right now
         with connection.cursor() as cursor:
@@ -126,7 +135,14 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
             return stored[0]
         raise GatewayUnavailable("The payment page is being prepared; retry shortly.")
     try:
-        session = gw.session_create(order_id=order_id, amount=total, currency=currency, now=now, ends_at=ends_at)
+        session = gw.session_create(
+            order_id=order_id,
+            gateway_order_id=gateway_order_id,
+            amount=total,
+            currency=currency,
+            now=now,
+            ends_at=ends_at,
+        )
     except BaseException:
         with connection.cursor() as cursor:
             cursor.execute(RELEASE_CLAIM_SQL, [order_id])
@@ -139,10 +155,15 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
 def session_close_after_cancel(*, order_id: int) -> None:
     """After a customer's cancel has committed: close the order's gateway transaction, if it has a session, so the
     page cannot take money for a cancelled order (bounded; no answer → marked for reconcile_payments)."""
-    if settings.PAYMENT_GATEWAY != "midtrans" or not PaymentSession.objects.filter(order_id=order_id).exists():
+    if settings.PAYMENT_GATEWAY != "midtrans":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(SESSION_GATEWAY_ORDER_ID_SQL, [order_id])
+        row = cursor.fetchone()
+    if row is None:
         return
     try:
-        configured_gateway().transaction_expire(order_id=order_id)
+        configured_gateway().transaction_expire(gateway_order_id=row[0])
     except GatewayUnavailable:
         logger.warning("the gateway did not answer the expiry of cancelled order %s", order_id)
         _mark_for_reconciliation(order_id)
@@ -179,11 +200,11 @@ def notification_apply(*, body: bytes) -> tuple[int, str]:
     (money is recorded from that answer only; no answer → 503, so the gateway retries), applied once. Returns the
     order id and the outcome."""
     gw = configured_gateway()
-    order_id = gw.notification_read(body=body)
-    status = gw.status_get(order_id=order_id)
+    gateway_order_id = gw.notification_read(body=body)
+    status = gw.status_get(gateway_order_id=gateway_order_id)
     if status is None:
-        raise GatewayUnavailable(f"The gateway has no transaction for order {order_id} yet.")
-    return order_id, status_apply(status=status, payload=json.loads(body))
+        raise GatewayUnavailable(f"The gateway has no transaction {gateway_order_id} yet.")
+    return status.order_id, status_apply(status=status, payload=json.loads(body))
 
 
 @dataclasses.dataclass
@@ -199,15 +220,15 @@ class SessionCheck:
 
 # Up to %(limit)s pending orders at their deadline with a gateway session, oldest deadline first, with the
 # database's clock.
-DUE_SESSIONS_SQL = """
-SELECT s.order_id, o.payment_expires_at, now() FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+DUE_SESSIONS_SQL = f"""
+SELECT s.order_id, o.payment_expires_at, now(), {GATEWAY_ORDER_ID_SQL} FROM payment_sessions s JOIN orders o ON o.id = s.order_id
 WHERE o.status = %(pending)s AND o.payment_expires_at <= now()
 ORDER BY o.payment_expires_at, o.id
 LIMIT %(limit)s
 """
 # The rest of the due orders with a session that share the deadline of the last one DUE_SESSIONS_SQL returned.
-DUE_SESSION_TIES_SQL = """
-SELECT s.order_id, o.payment_expires_at, now() FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+DUE_SESSION_TIES_SQL = f"""
+SELECT s.order_id, o.payment_expires_at, now(), {GATEWAY_ORDER_ID_SQL} FROM payment_sessions s JOIN orders o ON o.id = s.order_id
 WHERE o.status = %s AND o.payment_expires_at = %s AND o.id > %s
 ORDER BY o.id
 """
@@ -240,19 +261,19 @@ def sessions_check_due(*, limit: int) -> SessionCheck:
     if len(rows) < limit:
         check = SessionCheck(due_by=rows[0][2])
     else:  # more are due: ask about every order up to this deadline (its ties too), and the sweeper checks again
-        last_order, last_deadline, _now = rows[-1]
+        last_order, last_deadline, _now, _gateway_order_id = rows[-1]
         with connection.cursor() as cursor:
             cursor.execute(DUE_SESSION_TIES_SQL, [Order.Status.PENDING_PAYMENT.value, last_deadline, last_order])
             rows += cursor.fetchall()
         check = SessionCheck(due_by=last_deadline, more=True)
-    for order_id, _deadline, _now in rows:
+    for order_id, _deadline, _now, gateway_order_id in rows:
         try:
-            status = gw.status_get(order_id=order_id)
+            status = gw.status_get(gateway_order_id=gateway_order_id)
             if status is not None and status.status == gateway.SETTLED:
                 outcome = status_apply(status=status, payload={"source": "sweeper"}, settled_in_time=True)
                 check.recovered += outcome == services.Outcome.PAID
             elif status is not None and status.status == gateway.OPEN:
-                gw.transaction_expire(order_id=order_id)
+                gw.transaction_expire(gateway_order_id=gateway_order_id)
                 check.expired += 1
         except GatewayUnavailable:
             logger.warning("sweeper: the gateway did not answer about order %s; it expires unconfirmed", order_id)
@@ -269,8 +290,8 @@ class Mismatch:
 
 
 # The orders with a gateway session opened since a time, with what the shop recorded.
-SESSIONS_SINCE_SQL = """
-SELECT s.order_id, o.status, o.total, o.currency, s.needs_reconciliation
+SESSIONS_SINCE_SQL = f"""
+SELECT s.order_id, o.status, o.total, o.currency, {GATEWAY_ORDER_ID_SQL}
 FROM payment_sessions s JOIN orders o ON o.id = s.order_id
 WHERE s.created_at >= %s AND o.status <> %s
 ORDER BY s.order_id
@@ -285,9 +306,9 @@ def payments_reconcile(*, since: datetime) -> list[Mismatch]:
         cursor.execute(SESSIONS_SINCE_SQL, [since, Order.Status.PENDING_PAYMENT.value])
         rows = cursor.fetchall()
     mismatches = []
-    for order_id, status, total, currency, _flagged in rows:
+    for order_id, status, total, currency, gateway_order_id in rows:
         try:
-            there = gw.status_get(order_id=order_id)
+            there = gw.status_get(gateway_order_id=gateway_order_id)
         except GatewayUnavailable as exc:
             mismatches.append(Mismatch(order_id, "unreachable", exc.message))
             continue

@@ -20,6 +20,7 @@ from devtools.testing import ThreadRun, make_overdue, run_concurrently
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
 from payments import services as payment_services
+from payments.models import PaymentSession
 from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout_once
 from skincare.tests.test_metrics import _url as database_url_for_children
@@ -129,7 +130,7 @@ def test_one_refresh_after_checkouts_payments_expiries_and_refusals(viewer, make
     board = product_on_board(data, product.pk)
     assert (board["available"], board["reserved"], board["sold"]) == (1, 2, 2)
     assert sum(board["per_second"]["orders_expired"]) == 1
-    assert data["sweeper"] == {"overdue_reservations": 0, "lag_seconds": 0}
+    assert data["sweeper"] == {"overdue_reservations": 0, "lag_seconds": 0, "orders_to_reconcile": 0}
 
 
 def call_command_sweep():
@@ -280,6 +281,20 @@ def test_sold_counts_this_sale_only(viewer, make_product, make_customer):
     assert pay(place_order(customer=make_customer(), items=[(product.pk, 1)])) == "paid"
     board = product_on_board(viewer.get(reverse(DATA)).json(), product.pk)
     assert (board["sold"], board["sold_since"], board["available"]) == (1, "opening", 2)
+
+
+def test_the_board_counts_the_orders_to_reconcile(viewer, make_product, make_customer):
+    """The sessions the sweeper marked for reconciliation, counted as the sale report counts them; a session not
+    marked is not counted (control: 0 before any is marked)."""
+    product = make_product(stock=5)
+    orders = [place_order(customer=make_customer(), items=[(product.pk, 1)]) for _ in range(3)]
+    for order in orders:
+        PaymentSession.objects.create(order=order, gateway="midtrans", ends_at=order.payment_expires_at)
+    page = viewer.get(reverse(PAGE))
+    assert b'id="to-reconcile"' in page.content
+    assert viewer.get(reverse(DATA)).json()["sweeper"]["orders_to_reconcile"] == 0
+    PaymentSession.objects.filter(order__in=orders[:2]).update(needs_reconciliation=True)
+    assert viewer.get(reverse(DATA)).json()["sweeper"]["orders_to_reconcile"] == 2
 
 
 def test_under_gunicorn_the_board_reads_every_workers_counters(make_product, make_customer):

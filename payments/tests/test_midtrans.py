@@ -16,6 +16,7 @@ from devtools.fake_midtrans import FakeMidtrans
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from orders.models import Order, Reservation
 from payments import checks, services, sessions
+from payments.exceptions import GatewayUnavailable
 from payments.models import PaymentAttempt, PaymentSession, ProcessedEvent
 from payments.testing import place_order
 from skincare import metrics
@@ -102,7 +103,9 @@ def test_payment_url_opens_one_snap_session_that_ends_before_the_deadline_and_is
     assert first["Location"].startswith(f"{fake.base_url}/snap/v4/redirection/")
     assert len(fake.snap_requests) == 1
     sent = fake.snap_requests[0]
-    assert sent["transaction_details"] == {"order_id": str(order.pk), "gross_amount": 129000}
+    gateway_order_id = PaymentSession.objects.get(order=order).gateway_order_id
+    assert gateway_order_id.startswith(f"{order.pk}-")
+    assert sent["transaction_details"] == {"order_id": gateway_order_id, "gross_amount": 129000}
     expiry = sent["custom_expiry"]
     assert expiry["unit"] == "minute" and sent["page_expiry"] == {
         "duration": expiry["expiry_duration"],
@@ -139,6 +142,40 @@ def test_no_session_for_an_order_that_is_not_pending(api, fake, order):
 
 
 @pytest.mark.django_db
+def test_a_retry_after_a_lost_snap_answer_opens_a_new_transaction(api, fake, order):
+    """Snap created the first attempt's transaction but its answer was lost (the visit timed out): the next visit is
+    a new attempt with its own gateway order id, which Snap accepts, and the buyer pays it. Control: Snap refuses
+    the first attempt's order id a second time, as Midtrans does."""
+    link = pay_link(api, order)
+    fake.lose_answer()
+
+    lost = Client().get(link)
+
+    assert lost.status_code == 503 and lost.json()["code"] == "gateway_unavailable"
+    assert not PaymentSession.objects.exists()
+    [first_id] = fake.snap_order_ids
+    retry = Client().get(link)
+    assert retry.status_code == 302 and retry["Location"].startswith(f"{fake.base_url}/snap/v4/redirection/")
+    second_id = PaymentSession.objects.get(order=order).gateway_order_id
+    assert fake.snap_order_ids == [first_id, second_id] and first_id != second_id
+    assert first_id.startswith(f"{order.pk}-") and second_id.startswith(f"{order.pk}-")
+
+    fake.pay(order.pk, gross_amount=order.total)
+    answer = Client().post(NOTIFICATION_URL, fake.notification(order.pk), "application/json")
+
+    assert answer.status_code == 200 and answer.json() == {"status": "paid", "order_id": order.pk}
+    with pytest.raises(GatewayUnavailable, match="already been taken"):
+        sessions.configured_gateway().session_create(
+            order_id=order.pk,
+            gateway_order_id=first_id,
+            amount=order.total,
+            currency="IDR",
+            now=db_now(),
+            ends_at=db_now() + timedelta(minutes=5),
+        )
+
+
+@pytest.mark.django_db
 def test_snap_not_answering_is_503_with_retry_after_and_the_reservation_holds(api, fake, order):
     link = pay_link(api, order)
     fake.stall("snap")
@@ -162,7 +199,7 @@ def test_a_cancel_closes_the_gateway_transaction(api, fake, order):
 
     assert api.post(f"/v1/orders/{order.pk}/cancel").status_code == 200
 
-    assert fake.transactions[str(order.pk)]["transaction_status"] == "expire"
+    assert fake.transactions[fake.gateway_order_id(order.pk)]["transaction_status"] == "expire"
     assert not PaymentSession.objects.get(order=order).needs_reconciliation
 
 
@@ -200,7 +237,7 @@ def test_signed_settlement_pays_the_order_once_and_a_replay_changes_nothing(fake
     assert (attempt.status, attempt.received_amount, attempt.provider_reference) == (
         "succeeded",
         Decimal("129000.00"),
-        fake.transactions[str(order.pk)]["transaction_id"],
+        fake.transactions[fake.gateway_order_id(order.pk)]["transaction_id"],
     )
     assert_invariants()
 
@@ -369,8 +406,8 @@ def test_the_sweeper_expires_an_open_transaction_first_then_the_order(api, fake,
 
     sweep()
 
-    assert fake.transactions[str(order.pk)]["transaction_status"] == "expire"
-    assert ("POST", f"/v2/{order.pk}/expire") in fake.requests
+    assert fake.transactions[fake.gateway_order_id(order.pk)]["transaction_status"] == "expire"
+    assert ("POST", f"/v2/{fake.gateway_order_id(order.pk)}/expire") in fake.requests
     order.refresh_from_db()
     assert (order.status, order.cancel_reason) == ("cancelled", "payment_timeout")
     assert_invariants()
@@ -588,7 +625,7 @@ def test_the_sweeper_asks_about_every_due_order_when_there_are_more_than_a_batch
     statuses = {order.pk: Order.objects.get(pk=order.pk).status for order in orders}
     assert [statuses[order.pk] for order in orders] == ["paid", "cancelled", "paid", "cancelled", "paid"]
     asked = {path for method, path in fake.requests if method == "GET" and path.endswith("/status")}
-    assert asked == {f"/v2/{order.pk}/status" for order in orders}
+    assert asked == {f"/v2/{fake.gateway_order_id(order.pk)}/status" for order in orders}
     assert_invariants()
 
 
@@ -630,7 +667,7 @@ def test_no_call_to_the_gateway_is_made_while_the_shop_holds_a_transaction(api, 
     seen.clear()
     with transaction.atomic():  # control: a transaction held open across a call is seen
         Order.objects.select_for_update().get(pk=order.pk)
-        sessions.configured_gateway().status_get(order_id=order.pk)
+        sessions.configured_gateway().status_get(gateway_order_id=str(order.pk))
     assert [count for *_, count in seen] == [1]
 
 
