@@ -16,14 +16,16 @@ CURRENCY_MISMATCH = PaymentStatus.CURRENCY_MISMATCH.value
 PAID = OrderStatus.PAID.value
 
 # Attempts that recorded money needing ops, for the orders created since the opening with a line of the product.
-# A refund_required attempt of a cancelled order is a late payment; one of a paid order is a second charge.
+# A refund_required attempt of a cancelled order is a late payment; one of a paid order is a second charge. The money
+# is in the currency the gateway reported (else the order's): refunds are summed per currency, never across them.
 PAYMENTS_SQL = f"""
-    SELECT a.status, o.status = '{PAID}' AS order_paid, count(*), COALESCE(SUM(COALESCE(a.received_amount, a.amount)), 0)
+    SELECT a.status, o.status = '{PAID}' AS order_paid, COALESCE(NULLIF(a.received_currency, ''), o.currency),
+           count(*), COALESCE(SUM(COALESCE(a.received_amount, a.amount)), 0)
       FROM payment_attempts a
       JOIN orders o ON o.id = a.order_id
       JOIN order_lines l ON l.order_id = o.id AND l.product_id = %(product)s
      WHERE o.created_at >= %(since)s AND a.status IN ('{REFUND_REQUIRED}', '{AMOUNT_MISMATCH}', '{CURRENCY_MISMATCH}')
-     GROUP BY 1, 2
+     GROUP BY 1, 2, 3
 """
 
 # The orders to reconcile: those whose gateway session the sweeper marked, because it expired them while the gateway
@@ -41,13 +43,14 @@ UNRECONCILED_SQL = f"""
 
 
 def payments_for_report(product_id: int, since: dt.datetime) -> dict[str, Any]:
-    found = {"late_payments": 0, "refunds_to_make": 0, "refund_amount": Decimal("0.00"), "mismatches": 0}
+    refund_amount: dict[str, Decimal] = {}  # currency -> the refunds' sum
+    found = {"late_payments": 0, "refunds_to_make": 0, "refund_amount": refund_amount, "mismatches": 0}
     with connection.cursor() as cursor:
         cursor.execute(PAYMENTS_SQL, {"product": product_id, "since": since})
-        for status, order_paid, count, amount in cursor.fetchall():
+        for status, order_paid, currency, count, amount in cursor.fetchall():
             if status == REFUND_REQUIRED:
                 found["refunds_to_make"] += count
-                found["refund_amount"] += amount
+                refund_amount[currency] = refund_amount.get(currency, Decimal("0.00")) + amount
                 if not order_paid:
                     found["late_payments"] += count
             else:

@@ -136,7 +136,8 @@ def test_the_report_is_exact_against_orders_ledger_and_audit(make_product, make_
     assert refunds.count() == 1
     assert PaymentAttempt.objects.filter(order__lines__product=product, status="amount_mismatch").count() == 1
     assert figure(text, "late payments") == (
-        f"1; refunds to make: 1 totalling {refunds.get().received_amount:.2f}; amount or currency mismatches: "
+        f"1; refunds to make: 1 totalling {refunds.get().received_amount:.2f} {settings.SHOP_CURRENCY}; amount or "
+        "currency mismatches: "
         f"{PaymentAttempt.objects.filter(order__lines__product=product, status='amount_mismatch').count()}"
     )
     per_second = Counter(at.replace(microsecond=0) for at in mine.values_list("created_at", flat=True))
@@ -205,3 +206,31 @@ def test_revenue_is_one_sum_per_currency_never_added_across(make_product, make_c
 
     assert report.revenue == {settings.SHOP_CURRENCY: Decimal("100.00"), "USD": Decimal("100.00")}
     assert figure(text, "revenue") == f"100.00 {settings.SHOP_CURRENCY}, 100.00 USD"
+
+
+def test_refunds_are_one_sum_per_currency_never_added_across(make_product, make_customer, tmp_path):
+    """Two late payments (money for expired orders), one in the shop's currency and one for an order stamped in
+    another: the refunds to make are listed per currency, never 100 + 100 of two money units as 200."""
+    product = make_product(stock=5, price="100.00")
+    first, second = (buy(make_customer(), [(product.pk, 1)]) for _ in range(2))
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE orders SET currency = 'USD' WHERE id = %s", [second.pk])
+    for order in (first, second):
+        order.refresh_from_db()
+        make_overdue(order)
+        late = payment_services.payment_event_apply(
+            event_id=f"evt-late-{order.pk}",
+            event_type="payment.succeeded",
+            order_id=order.pk,
+            amount=order.total,
+            currency=order.currency,
+        )
+        assert late == "refund_required"
+
+    report = sale_report(product_id=product.pk)
+    text = run_report("--product", str(product.pk), "--png", str(tmp_path / "report.png"))
+
+    assert report.payments["refund_amount"] == {settings.SHOP_CURRENCY: Decimal("100.00"), "USD": Decimal("100.00")}
+    assert figure(text, "late payments") == (
+        f"2; refunds to make: 2 totalling 100.00 {settings.SHOP_CURRENCY}, 100.00 USD; amount or currency mismatches: 0"
+    )

@@ -57,7 +57,7 @@ def test_every_payment_that_needs_ops_is_listed(make_product, make_customer):
     assert report.payments == {
         "late_payments": 1,
         "refunds_to_make": 1,
-        "refund_amount": Decimal("10.00"),
+        "refund_amount": {"IDR": Decimal("10.00")},
         "mismatches": 2,  # the wrong amount and the wrong currency: both ops' to settle
         "to_reconcile": 0,  # no gateway session was left unanswered
     }

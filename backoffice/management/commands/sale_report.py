@@ -63,9 +63,10 @@ class Command(BaseCommand):
         out(f"  peak:            {report.peak_orders_per_second} orders/s{peak}")
         out(f"  now:             {report.available_now} available, {report.reserved_now} held by unpaid orders")
         p = report.payments
+        refunds = ", ".join(f"{amount:.2f} {currency}" for currency, amount in sorted(p["refund_amount"].items()))
         out(
             f"  late payments:   {p['late_payments']}; refunds to make: {p['refunds_to_make']} "
-            f"totalling {p['refund_amount']:.2f}; amount or currency mismatches: {p['mismatches']}"
+            f"totalling {refunds or 'nothing'}; amount or currency mismatches: {p['mismatches']}"
         )
         if p["to_reconcile"]:
             out(f"  to reconcile:    {p['to_reconcile']} expired without the gateway's word (reconcile_payments)")
