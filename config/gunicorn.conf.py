@@ -9,19 +9,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
+from config.environment import env_int
+
 
 def _int(name: str, default: int, *, minimum: int = 1) -> int:
-    """A whole number, at least ``minimum``; anything else refuses to start (fail closed)."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
+    """``config.environment.env_int``, refusing to start with the message alone (gunicorn prints a traceback for
+    anything else a conf raises)."""
     try:
-        number = int(value)
-    except ValueError:
-        raise SystemExit(f"{name}={value!r} is not an integer") from None
-    if number < minimum:
-        raise SystemExit(f"{name} must be at least {minimum}, not {number}")
-    return number
+        return env_int(name, default, minimum=minimum)
+    except ImproperlyConfigured as refused:
+        raise SystemExit(str(refused)) from None
 
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_int('PORT', 8000, minimum=0)}"

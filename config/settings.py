@@ -9,43 +9,12 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from config import modes
+from config.environment import env_bool, env_choice, env_int
 from skincare import demo, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
-
-
-def _bool(name: str, default: bool) -> bool:
-    """``true`` or ``false`` (any case); unset or empty is ``default``; anything else refuses to start."""
-    value = os.environ.get(name, "").strip().lower()
-    if not value:
-        return default
-    if value not in ("true", "false"):
-        raise ImproperlyConfigured(f"{name} must be true or false, not {os.environ[name]!r}")
-    return value == "true"
-
-
-def _int(name: str, default: int, *, minimum: int = 0) -> int:
-    """A whole number, at least ``minimum``; unset or empty is ``default``; anything else refuses to start."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}") from None
-    if number < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
-    return number
-
-
-def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    """One of ``choices`` (exactly); unset or empty is ``default``; anything else refuses to start."""
-    value = os.environ.get(name, "").strip() or default
-    if value not in choices:
-        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
-    return value
 
 
 # Variables that are no longer read: each was a measured choice and is now a constant in the code that uses it
@@ -77,7 +46,7 @@ if _removed:
 # "production", skincare/checks.py, payments/checks.py) and ``development``. Anything else refuses to start. Only
 # the process environment selects the mode: nothing there is production whatever .env says (`make run`, `make test`
 # and the test suite export development; a .env line that contradicts it refuses), and production never reads .env.
-PRODUCTION = modes.production(BASE_DIR / ".env" if _bool("DJANGO_READ_DOT_ENV_FILE", True) else None)
+PRODUCTION = modes.production(BASE_DIR / ".env" if env_bool("DJANGO_READ_DOT_ENV_FILE", True) else None)
 # What a start without DJANGO_ENV (production) is told when a setting is missing: it may be meant as development.
 _DEVELOPMENT_HINT = (
     f"This process is production: {modes.VARIABLE} is not set in its environment, and .env is never read in "
@@ -90,17 +59,17 @@ _DEVELOPMENT_HINT = (
 # write with labelled demo values when it is missing (devtools/devenv.py, values from skincare/demo.py), with the
 # embedded server's DATABASE_URL. An exported variable wins over the file. Never read in production; the test suite
 # turns it off and exports what it needs itself (devtools/testenv.py).
-if not PRODUCTION and _bool("DJANGO_READ_DOT_ENV_FILE", True):
+if not PRODUCTION and env_bool("DJANGO_READ_DOT_ENV_FILE", True):
     environ.Env.read_env(BASE_DIR / ".env")
 
-DEBUG = False if PRODUCTION else _bool("DJANGO_DEBUG", False)
+DEBUG = False if PRODUCTION else env_bool("DJANGO_DEBUG", False)
 # There is no default secret key outside development: the key signs sessions, CSRF tokens and the sandbox's payment
 # links. Only with DJANGO_DEBUG=true (or the explicit DJANGO_DEV_INSECURE_SECRET_KEY=true), and never with
 # DJANGO_ENV=production, a fixed, public dev-only key is used; `make run`, `make test` and the benchmarks set
 # labelled non-production keys of their own.
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
-    if PRODUCTION or not (DEBUG or _bool("DJANGO_DEV_INSECURE_SECRET_KEY", False)):
+    if PRODUCTION or not (DEBUG or env_bool("DJANGO_DEV_INSECURE_SECRET_KEY", False)):
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY is not set. Set it (production); for development run `make run` or `make db` once, "
             f"which writes the demo values to .env. {_DEVELOPMENT_HINT}".strip()
@@ -156,7 +125,7 @@ if PRODUCTION:
 
 ROOT_URLCONF = "config.urls"
 # Largest request body accepted (bytes); a larger one is refused with 413 payload_too_large before it is read.
-DATA_UPLOAD_MAX_MEMORY_SIZE = _int("REQUEST_MAX_BODY_BYTES", 2_621_440, minimum=1)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("REQUEST_MAX_BODY_BYTES", 2_621_440, minimum=1)
 CSRF_FAILURE_VIEW = "skincare.api.csrf_failure"
 WSGI_APPLICATION = "config.wsgi.application"
 
@@ -178,21 +147,21 @@ TEMPLATES = [
 
 # The time budget of a request (docs/reliability.md): a lock wait and one statement both end well before gunicorn
 # kills the worker, so a stuck request always gets its 503 + Retry-After (skincare.W001 warns otherwise).
-DB_LOCK_TIMEOUT_MS = _int("DB_LOCK_TIMEOUT_MS", 5000, minimum=1)
-DB_STATEMENT_TIMEOUT_MS = _int("DB_STATEMENT_TIMEOUT_MS", 15000, minimum=1)
-GUNICORN_TIMEOUT = _int("GUNICORN_TIMEOUT", 30, minimum=1)
+DB_LOCK_TIMEOUT_MS = env_int("DB_LOCK_TIMEOUT_MS", 5000, minimum=1)
+DB_STATEMENT_TIMEOUT_MS = env_int("DB_STATEMENT_TIMEOUT_MS", 15000, minimum=1)
+GUNICORN_TIMEOUT = env_int("GUNICORN_TIMEOUT", 30, minimum=1)
 # Migrations run while the shop sells (docs/operations.md#apply-a-migration-during-a-sale): every statement of
 # `manage.py migrate` (skincare/management/commands/migrate.py) waits at most MIGRATION_LOCK_TIMEOUT_MS for its lock
 # instead of queueing behind checkouts (a queued ACCESS EXCLUSIVE request blocks every later checkout); a migration
 # refused a lock is rolled back and retried, MIGRATION_ATTEMPTS times in all, MIGRATION_RETRY_PAUSE_MS apart.
 # MIGRATION_STATEMENT_TIMEOUT_MS bounds each statement (0: none, as a concurrent index build on a big table needs;
 # what would rewrite or long-lock a table is refused before it ships: skincare/tests/test_migration_guard.py).
-MIGRATION_LOCK_TIMEOUT_MS = _int("MIGRATION_LOCK_TIMEOUT_MS", 1000, minimum=1)
-MIGRATION_STATEMENT_TIMEOUT_MS = _int("MIGRATION_STATEMENT_TIMEOUT_MS", 0, minimum=0)
-MIGRATION_ATTEMPTS = _int("MIGRATION_ATTEMPTS", 10, minimum=1)
-MIGRATION_RETRY_PAUSE_MS = _int("MIGRATION_RETRY_PAUSE_MS", 2000, minimum=0)
+MIGRATION_LOCK_TIMEOUT_MS = env_int("MIGRATION_LOCK_TIMEOUT_MS", 1000, minimum=1)
+MIGRATION_STATEMENT_TIMEOUT_MS = env_int("MIGRATION_STATEMENT_TIMEOUT_MS", 0, minimum=0)
+MIGRATION_ATTEMPTS = env_int("MIGRATION_ATTEMPTS", 10, minimum=1)
+MIGRATION_RETRY_PAUSE_MS = env_int("MIGRATION_RETRY_PAUSE_MS", 2000, minimum=0)
 # The database URL points at PgBouncer in transaction mode (no startup ``options``; see _database()).
-PGBOUNCER = _bool("DB_PGBOUNCER", False)
+PGBOUNCER = env_bool("DB_PGBOUNCER", False)
 # Server-side prepared statements (psycopg's prepare_threshold with Django's server-side binding): a statement a
 # connection has run DB_PREPARE_THRESHOLD times is parsed once and then only planned and executed (the checkout's
 # statements are planned once too: skincare.db.generic_plans), about 0.65 ms of the primary's CPU off every checkout
@@ -200,7 +169,7 @@ PGBOUNCER = _bool("DB_PGBOUNCER", False)
 # fact, not a tuning: a pooler in transaction mode cannot keep a prepared statement (it lives in one server
 # session), so they are off with DB_PGBOUNCER=true and asking for both refuses to start; DB_PREPARED_STATEMENTS=false
 # is client-side binding behind any other such pooler (`make test` runs its race suites a second time so).
-DB_PREPARED_STATEMENTS = _bool("DB_PREPARED_STATEMENTS", not PGBOUNCER)
+DB_PREPARED_STATEMENTS = env_bool("DB_PREPARED_STATEMENTS", not PGBOUNCER)
 if DB_PREPARED_STATEMENTS and PGBOUNCER:
     raise ImproperlyConfigured(
         "DB_PREPARED_STATEMENTS=true with DB_PGBOUNCER=true: PgBouncer 1.18 in transaction mode cannot keep "
@@ -210,7 +179,7 @@ if DB_PREPARED_STATEMENTS and PGBOUNCER:
 # prepared from a connection's sixth checkout; one-off statements (the admin's) never pay the extra round trip.
 DB_PREPARE_THRESHOLD = 5
 # A service transaction slower than this is logged as a warning (logger skincare.db.slow).
-DB_SLOW_TRANSACTION_MS = _int("DB_SLOW_TRANSACTION_MS", 1000, minimum=1)
+DB_SLOW_TRANSACTION_MS = env_int("DB_SLOW_TRANSACTION_MS", 1000, minimum=1)
 # Django's check of a reused connection before every request: off, measured (docs/benchmarks.md#decisions: +11-22 %
 # sold-out 409s/s without it). It costs a round trip (SELECT 1) at the start of every request that uses the
 # database, even a checkout refused from memory; a connection idle for a while is checked instead
@@ -244,7 +213,7 @@ def _database():
         options["server_side_binding"] = True
         options["prepare_threshold"] = DB_PREPARE_THRESHOLD
     # Persistent connections per worker, not a pool per process (measured: docs/benchmarks.md#decisions).
-    config["CONN_MAX_AGE"] = _int("DB_CONN_MAX_AGE", 60)
+    config["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60)
     config["CONN_HEALTH_CHECKS"] = CONN_HEALTH_CHECKS
     # No session state: server-side cursors (QuerySet.iterator) would need the same server connection across
     # transactions, which a transaction-mode pooler does not promise. (Prepared statements: DB_PREPARED_STATEMENTS
@@ -307,9 +276,9 @@ SPECTACULAR_SETTINGS = {
 
 # Domain settings: the sale (docs/configuration.md, "What an operator sets")
 # An unpaid order's reservation lasts this long; then the sweeper cancels it and returns its units.
-RESERVATION_TTL_SECONDS = _int("RESERVATION_TTL_SECONDS", 1800, minimum=1)
+RESERVATION_TTL_SECONDS = env_int("RESERVATION_TTL_SECONDS", 1800, minimum=1)
 # Open pending_payment orders one customer may hold at once (0 = no cap).
-MAX_PENDING_ORDERS_PER_CUSTOMER = _int("MAX_PENDING_ORDERS_PER_CUSTOMER", 5)
+MAX_PENDING_ORDERS_PER_CUSTOMER = env_int("MAX_PENDING_ORDERS_PER_CUSTOMER", 5)
 # Checkouts per customer per fixed window, e.g. "20/minute" (second, minute, hour, day); empty = no limit. Checked at
 # start-up (skincare.E001).
 CHECKOUT_RATE_LIMIT = env("CHECKOUT_RATE_LIMIT", default="")
@@ -319,44 +288,44 @@ SHOP_CURRENCY = env("SHOP_CURRENCY", default="IDR")
 # The waiting room (docs/queue.md, waitingroom/): a queued product's default pace (admissions per second, the admin
 # and flash_sale_setup --admit-per-second set each queue's own), how long before sale_starts_at its queue opens for
 # joining, how long an admission lasts.
-QUEUE_ADMIT_PER_SECOND = _int("QUEUE_ADMIT_PER_SECOND", 10, minimum=1)
-QUEUE_OPENS_BEFORE_SECONDS = _int("QUEUE_OPENS_BEFORE_SECONDS", 3600)
-ADMISSION_TTL_SECONDS = _int("ADMISSION_TTL_SECONDS", 120, minimum=1)
+QUEUE_ADMIT_PER_SECOND = env_int("QUEUE_ADMIT_PER_SECOND", 10, minimum=1)
+QUEUE_OPENS_BEFORE_SECONDS = env_int("QUEUE_OPENS_BEFORE_SECONDS", 3600)
+ADMISSION_TTL_SECONDS = env_int("ADMISSION_TTL_SECONDS", 120, minimum=1)
 # The most units of a queued product one admission buys (the queue admits as many buyers as there are units).
-QUEUE_UNITS_PER_ADMISSION = _int("QUEUE_UNITS_PER_ADMISSION", 2, minimum=1)
+QUEUE_UNITS_PER_ADMISSION = env_int("QUEUE_UNITS_PER_ADMISSION", 2, minimum=1)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 # Where payment links point when the request's own address is not the public one.
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
 # The payment gateway behind payment_url (payments/gateway.py): `sandbox` (the built-in page, PAYMENT_SANDBOX) or
 # `midtrans` (Snap; docs/operations.md#payments-with-midtrans).
-PAYMENT_GATEWAY = _choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans"))
+PAYMENT_GATEWAY = env_choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans"))
 MIDTRANS_SERVER_KEY = env("MIDTRANS_SERVER_KEY", default="")
 MIDTRANS_SNAP_BASE_URL = env("MIDTRANS_SNAP_BASE_URL", default="https://app.sandbox.midtrans.com")
 MIDTRANS_API_BASE_URL = env("MIDTRANS_API_BASE_URL", default="https://api.sandbox.midtrans.com")
 # Production refuses Midtrans's sandbox base URLs (payments.E007) unless this is set (a staging shop).
-MIDTRANS_ALLOW_SANDBOX = _bool("MIDTRANS_ALLOW_SANDBOX", False)
+MIDTRANS_ALLOW_SANDBOX = env_bool("MIDTRANS_ALLOW_SANDBOX", False)
 # Every call to Midtrans gives up after this many seconds (a session then answers 503 gateway_unavailable).
-MIDTRANS_TIMEOUT_SECONDS = _int("MIDTRANS_TIMEOUT_SECONDS", 5, minimum=1)
+MIDTRANS_TIMEOUT_SECONDS = env_int("MIDTRANS_TIMEOUT_SECONDS", 5, minimum=1)
 # A Snap session's custom_expiry and page_expiry end at least this long before the order's payment_expires_at
 # (database clock): room for Midtrans's clock, a payment being finished on the page and its notification. An order
 # with less time left gets no session (409 payment_window_closing).
-MIDTRANS_EXPIRY_MARGIN_SECONDS = _int("MIDTRANS_EXPIRY_MARGIN_SECONDS", 180, minimum=60)
+MIDTRANS_EXPIRY_MARGIN_SECONDS = env_int("MIDTRANS_EXPIRY_MARGIN_SECONDS", 180, minimum=60)
 
 # Limits and retention (docs/configuration.md: the defaults suit most shops)
 # A server-side cart expires this long after its last change (database clock); it holds no stock meanwhile.
-CART_TTL_SECONDS = _int("CART_TTL_SECONDS", 1800, minimum=1)
+CART_TTL_SECONDS = env_int("CART_TTL_SECONDS", 1800, minimum=1)
 # Expired and checked-out carts answer 410 / 409 this long, then prune_retention deletes them.
-CART_RETENTION_SECONDS = _int("CART_RETENTION_SECONDS", 86400)
+CART_RETENTION_SECONDS = env_int("CART_RETENTION_SECONDS", 86400)
 # Open (unexpired) carts one customer may hold at once; another create answers 409 too_many_open_carts (0 = no cap).
-MAX_OPEN_CARTS_PER_CUSTOMER = _int("MAX_OPEN_CARTS_PER_CUSTOMER", 10)
+MAX_OPEN_CARTS_PER_CUSTOMER = env_int("MAX_OPEN_CARTS_PER_CUSTOMER", 10)
 # The most admissions one advance of a queue may grant at once (in seconds of its pace), and the bounds of a pass's
 # poll_after.
-QUEUE_MAX_BURST_SECONDS = _int("QUEUE_MAX_BURST_SECONDS", 2, minimum=1)
-QUEUE_POLL_MIN_SECONDS = _int("QUEUE_POLL_MIN_SECONDS", 1, minimum=1)
-QUEUE_POLL_MAX_SECONDS = _int("QUEUE_POLL_MAX_SECONDS", 30, minimum=1)
+QUEUE_MAX_BURST_SECONDS = env_int("QUEUE_MAX_BURST_SECONDS", 2, minimum=1)
+QUEUE_POLL_MIN_SECONDS = env_int("QUEUE_POLL_MIN_SECONDS", 1, minimum=1)
+QUEUE_POLL_MAX_SECONDS = env_int("QUEUE_POLL_MAX_SECONDS", 30, minimum=1)
 # How old each process's copy of the queues' counters may be (one read per process per this many seconds, not per
 # poll; waitingroom/counters.py).
-QUEUE_COUNTERS_MAX_AGE_SECONDS = _int("QUEUE_COUNTERS_MAX_AGE_SECONDS", 1)
+QUEUE_COUNTERS_MAX_AGE_SECONDS = env_int("QUEUE_COUNTERS_MAX_AGE_SECONDS", 1)
 # A client told poll_after = P_max sees an admission granted right after its poll at most P_max + the counters' age
 # + P_min later: that must leave at least half the admission's TTL to check out.
 if not (
@@ -368,24 +337,24 @@ if not (
         "QUEUE_COUNTERS_MAX_AGE_SECONDS + QUEUE_POLL_MIN_SECONDS at most half ADMISSION_TTL_SECONDS (a pass told to "
         "come back later than its admission lasts could miss its turn)"
     )
-CHECKOUT_MAX_ITEMS = _int("CHECKOUT_MAX_ITEMS", 20, minimum=1)
-CHECKOUT_MAX_QTY = _int("CHECKOUT_MAX_QTY", 100, minimum=1)
+CHECKOUT_MAX_ITEMS = env_int("CHECKOUT_MAX_ITEMS", 20, minimum=1)
+CHECKOUT_MAX_QTY = env_int("CHECKOUT_MAX_QTY", 100, minimum=1)
 # How often a transaction that lost a deadlock or serialization race is retried from the start.
-DB_TRANSIENT_RETRIES = _int("DB_TRANSIENT_RETRIES", 3)
+DB_TRANSIENT_RETRIES = env_int("DB_TRANSIENT_RETRIES", 3)
 # Attempts of a checkout of an `optimistic` product whose version check keeps losing, before 409 stock_conflict.
-INVENTORY_OPTIMISTIC_ATTEMPTS = _int("INVENTORY_OPTIMISTIC_ATTEMPTS", 5, minimum=1)
-PAYMENT_WEBHOOK_TOLERANCE_SECONDS = _int("PAYMENT_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1)
+INVENTORY_OPTIMISTIC_ATTEMPTS = env_int("INVENTORY_OPTIMISTIC_ATTEMPTS", 5, minimum=1)
+PAYMENT_WEBHOOK_TOLERANCE_SECONDS = env_int("PAYMENT_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1)
 # Idempotency-Key records of checkouts are kept this long (then pruned by prune_retention).
-IDEMPOTENCY_KEY_TTL_SECONDS = _int("IDEMPOTENCY_KEY_TTL_SECONDS", 86400, minimum=1)
+IDEMPOTENCY_KEY_TTL_SECONDS = env_int("IDEMPOTENCY_KEY_TTL_SECONDS", 86400, minimum=1)
 # Refusals stored under Idempotency-Keys, per customer: beyond the newest this many, older ones are forgotten.
-IDEMPOTENCY_MAX_STORED_REFUSALS = _int("IDEMPOTENCY_MAX_STORED_REFUSALS", 100)
+IDEMPOTENCY_MAX_STORED_REFUSALS = env_int("IDEMPOTENCY_MAX_STORED_REFUSALS", 100)
 # Applied webhook event ids are kept this long; a gateway redelivers for a few days at most.
-PROCESSED_EVENTS_RETENTION_DAYS = _int("PROCESSED_EVENTS_RETENTION_DAYS", 30, minimum=1)
+PROCESSED_EVENTS_RETENTION_DAYS = env_int("PROCESSED_EVENTS_RETENTION_DAYS", 30, minimum=1)
 # API tokens expire this many seconds after they are issued; unset = they never expire.
-API_TOKEN_TTL_SECONDS = _int("API_TOKEN_TTL_SECONDS", 0, minimum=1) or None
+API_TOKEN_TTL_SECONDS = env_int("API_TOKEN_TTL_SECONDS", 0, minimum=1) or None
 # How long a worker remembers a valid token (no query per request). A revoked token keeps working in OTHER worker
 # processes for at most this long (docs/reliability.md); 0 = look every token up.
-API_TOKEN_CACHE_SECONDS = _int("API_TOKEN_CACHE_SECONDS", 10)
+API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 10)
 
 # Development and tests only (docs/configuration.md)
 # How long a worker remembers a product it saw sold out and refuses it without a query: 250 ms, the measured choice
@@ -393,22 +362,22 @@ API_TOKEN_CACHE_SECONDS = _int("API_TOKEN_CACHE_SECONDS", 10)
 # test that restocks a product sells it at once.
 # How old the public product page's stock and sale state may be (Cache-Control max-age and this process's memory of
 # the read; 0 = read every time, tests). Never a checkout's: it reads its own.
-PRODUCT_READ_MAX_AGE_SECONDS = _int("PRODUCT_READ_MAX_AGE_SECONDS", 1)
-SOLD_OUT_CACHE_MS = _int("SOLD_OUT_CACHE_MS", 250)
+PRODUCT_READ_MAX_AGE_SECONDS = env_int("PRODUCT_READ_MAX_AGE_SECONDS", 1)
+SOLD_OUT_CACHE_MS = env_int("SOLD_OUT_CACHE_MS", 250)
 if SOLD_OUT_CACHE_MS not in (0, 250):
     raise ImproperlyConfigured(
         f"SOLD_OUT_CACHE_MS must be 250 (the default) or 0 (off, tests), not {SOLD_OUT_CACHE_MS}"
     )
-PAYMENT_SANDBOX = _bool("PAYMENT_SANDBOX", False)
+PAYMENT_SANDBOX = env_bool("PAYMENT_SANDBOX", False)
 # The sandbox is a development tool: with DEBUG off it refuses to start (payments.E002) unless this demo-only opt-in
 # is set (the Makefile's `make run` sets it).
-PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG = _bool("PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG", False)
+PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG = env_bool("PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG", False)
 # Where the sandbox posts its signed webhook: a fixed address, never derived from the request's Host header.
 PAYMENT_SANDBOX_WEBHOOK_URL = env(
-    "PAYMENT_SANDBOX_WEBHOOK_URL", default=f"http://127.0.0.1:{_int('PORT', 8000)}/v1/payments/webhook"
+    "PAYMENT_SANDBOX_WEBHOOK_URL", default=f"http://127.0.0.1:{env_int('PORT', 8000)}/v1/payments/webhook"
 )
 # How long a sandbox payment link (signed, in payment_url) stays valid.
-PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = _int(
+PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = env_int(
     "PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS", RESERVATION_TTL_SECONDS + 900, minimum=1
 )
 
@@ -417,9 +386,9 @@ PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = _int(
 # `Authorization: Bearer <token>` from anywhere. With DJANGO_ENV=production it needs the token.
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
 # One JSON line per request (logger skincare.access); off when a proxy's access log already has it.
-ACCESS_LOG = _bool("ACCESS_LOG", True)
-LOG_FORMAT = _choice("LOG_FORMAT", "json", ("json", "plain"))
-LOG_LEVEL = _choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+ACCESS_LOG = env_bool("ACCESS_LOG", True)
+LOG_FORMAT = env_choice("LOG_FORMAT", "json", ("json", "plain"))
+LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 LOGGING = logs.logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
 
 # Reverse proxies (comma-separated CIDRs, e.g. "127.0.0.1/32,10.0.0.0/8"; default none) whose X-Forwarded-For is
@@ -430,11 +399,11 @@ TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
 # Admin login throttling (skincare/login_throttle.py), failures within the window → 429: this many for one username
 # from one address; from one address for any usernames; from the "unknown" address (no readable client address);
 # for one username from everywhere (which blocks only addresses that have failed themselves).
-ADMIN_LOGIN_MAX_FAILURES = _int("ADMIN_LOGIN_MAX_FAILURES", 5, minimum=1)
-ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = _int("ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1)
-ADMIN_LOGIN_MAX_FAILURES_UNKNOWN_ADDRESS = _int("ADMIN_LOGIN_MAX_FAILURES_UNKNOWN_ADDRESS", 20, minimum=1)
-ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME = _int("ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME", 100, minimum=1)
-ADMIN_LOGIN_WINDOW_SECONDS = _int("ADMIN_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+ADMIN_LOGIN_MAX_FAILURES = env_int("ADMIN_LOGIN_MAX_FAILURES", 5, minimum=1)
+ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = env_int("ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS", 20, minimum=1)
+ADMIN_LOGIN_MAX_FAILURES_UNKNOWN_ADDRESS = env_int("ADMIN_LOGIN_MAX_FAILURES_UNKNOWN_ADDRESS", 20, minimum=1)
+ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME = env_int("ADMIN_LOGIN_MAX_FAILURES_PER_USERNAME", 100, minimum=1)
+ADMIN_LOGIN_WINDOW_SECONDS = env_int("ADMIN_LOGIN_WINDOW_SECONDS", 900, minimum=1)
 
 # Behind a TLS-terminating proxy: DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO (the proxy must set it to
 # "https" and strip it from clients), so request.is_secure() and the HTTPS redirect see the original scheme.
@@ -445,12 +414,12 @@ if _proxy_ssl_header:
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_SSL_REDIRECT = _bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     # Probes and the scraper talk plain HTTP to the instance itself, not through the TLS proxy.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
-    SECURE_HSTS_SECONDS = _int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
-    SECURE_HSTS_PRELOAD = _bool("DJANGO_SECURE_HSTS_PRELOAD", True)
+    SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
     SECURE_CONTENT_TYPE_NOSNIFF = True
     SESSION_COOKIE_HTTPONLY = True
 

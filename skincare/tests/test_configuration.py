@@ -13,9 +13,10 @@ from config import modes
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"
 READERS = (ROOT / "config" / "settings.py", ROOT / "config" / "gunicorn.conf.py")
-# The first argument of every call that reads a variable: _int("X", ...), _bool(...), _choice(...), env("X"),
+# The first argument of every call that reads a variable: env_int("X", ...), env_bool(...), env_choice(...), _int(...)
+# (gunicorn's conf), env("X"),
 # env.list("X"), os.environ.get("X"), with the name on the next line too.
-READ = re.compile(r"\b(?:_int|_bool|_choice|env|env\.list|environ\.get)\(\s*[\"']([A-Z][A-Z0-9_]+)[\"']")
+READ = re.compile(r"\b(?:_int|env_int|env_bool|env_choice|env|env\.list|environ\.get)\(\s*[\"']([A-Z][A-Z0-9_]+)[\"']")
 ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]+)` \|", re.M)
 MAIN_GROUP_MAX_ROWS = 30
 
