@@ -191,6 +191,25 @@ def test_empty_webhook_secret_is_a_start_up_error(settings):
     assert payment_checks.webhook_secret() == []
 
 
+def test_a_midtrans_shop_runs_without_the_generic_webhook_secret_and_that_webhook_refuses_everything(settings, client):
+    """Midtrans's notifications carry their own signature (MIDTRANS_SERVER_KEY): the generic webhook's secret is not
+    required, and without it that webhook refuses every event, even one signed with the empty key."""
+    from payments import checks as payment_checks
+    from payments.signing import sign
+
+    settings.PAYMENT_WEBHOOK_SECRET = ""
+    settings.PAYMENT_GATEWAY = "midtrans"
+    assert payment_checks.webhook_secret() == []
+    body = b'{"event_id": "evt-empty-key", "type": "payment.succeeded", "order_id": 1, "amount": "1.00"}'
+    answer = client.post(
+        "/v1/payments/webhook", body, content_type="application/json", HTTP_X_SIGNATURE=sign(secret="", body=body)
+    )
+    assert answer.status_code == 401, answer.content
+    assert answer.json()["code"] == "invalid_signature"
+    settings.PAYMENT_GATEWAY = "sandbox"  # control: the generic webhook is the sandbox shop's payment path
+    assert [e.id for e in payment_checks.webhook_secret()] == ["payments.E001"]
+
+
 def test_timeouts_must_stay_below_the_worker_timeout(settings):
     assert checks.timeout_budget() == []  # the defaults: 5 s lock, 15 s statement, 30 s worker
     settings.DB_STATEMENT_TIMEOUT_MS = 30000
