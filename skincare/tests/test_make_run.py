@@ -4,12 +4,13 @@ stops with no process left behind.
 
 With RESERVATION_TTL_SECONDS=5 an unpaid order is cancelled and its unit is back within seconds, with nothing else
 started. The README's curl and webhook-signing examples run against it (only ``localhost:8000`` becomes the test's
-port)."""
+port). The test waits on make run's own output lines (a reader thread, a condition), never on a guessed pause."""
 
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,34 +37,57 @@ class MakeRun:
         env.pop("PYTHONUNBUFFERED", None)  # make run's own output must come through without it
         env.update(PORT=str(self.port), **extra_env)
         self.env = env
+        # Its own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group.
+        self.process = subprocess.Popen(
+            ["make", "--no-print-directory", "run"],  # noqa: S607
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+        )
+        self.lines: list[str] = []
+        self.ended = False
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, name="make-run-output", daemon=True).start()
+
+    def _read(self) -> None:
+        """Every line make run prints, into ``lines`` and the log file, waking whoever waits for one."""
+        assert self.process.stdout is not None
         with self.log.open("w") as out:
-            # Its own session, like a terminal's foreground job: Ctrl-C = SIGINT to this process group.
-            self.process = subprocess.Popen(
-                ["make", "--no-print-directory", "run"],  # noqa: S607
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            for line in self.process.stdout:
+                out.write(line)
+                out.flush()
+                with self.changed:
+                    self.lines.append(line)
+                    self.changed.notify_all()
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        """What make run printed so far (all of it once it has exited)."""
+        with self.changed:
+            if self.process.poll() is not None:
+                self.changed.wait_for(lambda: self.ended, timeout=30)
+            return "".join(self.lines)
+
+    def wait_for_line(self, text: str, timeout: float) -> None:
+        """Until make run prints a line containing ``text``; fails when it exits first or ``timeout`` passes."""
+        with self.changed:
+            printed = self.changed.wait_for(lambda: self.ended or any(text in line for line in self.lines), timeout)
+            if not printed or not any(text in line for line in self.lines):
+                raise AssertionError(f"make run printed no {text!r} (exited: {self.ended}):\n{''.join(self.lines)}")
 
     def wait_ready(self, timeout: float = 300) -> None:
-        """Until the API answers and the sweeper has started (make run migrates and loads the demo data first)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"make run exited early:\n{self.output()}"
-            try:
-                if requests.get(f"{self.base}/readyz", timeout=5).status_code == 200 and "sweeper.1 started" in (
-                    self.output()
-                ):
-                    return
-            except requests.RequestException:  # not listening yet, or workers still booting
-                pass
-            time.sleep(0.2)  # polling interval of a deadline loop, not synchronisation
-        raise AssertionError(f"make run not ready within {timeout} s:\n{self.output()}")
+        """Until gunicorn listens and the sweeper has started (make run migrates and loads the demo data first);
+        then the API must be ready (a connection waits in the listen backlog while the workers boot)."""
+        started = time.monotonic()
+        self.wait_for_line("Listening at", timeout)
+        self.wait_for_line("sweeper.1 started", timeout - (time.monotonic() - started))
+        assert requests.get(f"{self.base}/readyz", timeout=60).status_code == 200, self.output()
 
     def tree(self) -> list[psutil.Process]:
         """make and everything below it (honcho, its shells, gunicorn master and workers, the sweeper)."""
@@ -143,13 +167,10 @@ def test_make_run_returns_unpaid_units_within_seconds_and_sigterm_leaves_no_proc
     order_id = created.json()["order_id"]
     assert available(make_run) == before - 1
 
-    # Nobody pays; nothing else is started. make run's own sweeper cancels it once the 5 s have passed.
-    deadline = time.monotonic() + 60
-    while order(make_run, order_id)["status"] != "cancelled":
-        assert time.monotonic() < deadline, f"order not cancelled within 60 s:\n{make_run.output()[-3000:]}"
-        time.sleep(0.2)  # polling interval of a deadline loop
+    # Nobody pays; nothing else is started. make run's own sweeper cancels it once the 5 s have passed, and says so.
+    make_run.wait_for_line("1 orders cancelled (payment_timeout)", timeout=60)
+    assert order(make_run, order_id)["status"] == "cancelled"
     assert available(make_run) == before
-    assert "1 orders cancelled (payment_timeout)" in make_run.output()
 
     # The README's examples, verbatim but for the port: the catalogue, checkout, replay, order, cancel, probes …
     shown = run_readme_block(make_run, "curl -s localhost:8000/v1/products")
