@@ -144,11 +144,12 @@ test: db lint browser-deps pgbouncer-deps prometheus-deps haproxy-deps
 stop: setup
 	$(PY) -m devtools.devdb stop
 
-loadtest: demo
+# Every profile behind HAProxy (the front that answers an overload with 503 + Retry-After).
+loadtest: demo haproxy-deps
 	$(PY) -m bench loadtest
 
 # The waiting room's profile alone (`make loadtest` runs it too, last; about four minutes on a quiet machine).
-loadtest-queue: demo
+loadtest-queue: demo haproxy-deps
 	$(PY) -m bench loadtest --only queue
 
 # Every cell of the benchmark on a fresh database, the one results table written into docs/benchmarks.md (about
@@ -160,8 +161,8 @@ bench: demo
 mutate: db
 	$(PY) -m devtools.mutate $(MUTATIONS)
 
-# HAProxy for `make scaleout` and `make deploy-rehearsal` (Debian's haproxy 2.6), installed here as root like
-# pgbouncer. Fails loudly when it cannot be had.
+# HAProxy for `make loadtest`, `make scaleout` and `make deploy-rehearsal` (Debian's haproxy 2.6), installed here as
+# root like pgbouncer. Fails loudly when it cannot be had.
 haproxy-deps:
 	@if ! command -v haproxy >/dev/null 2>&1 && ! test -x /usr/sbin/haproxy; then \
 		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \

@@ -20,9 +20,13 @@ User classes:
   ``make loadtest``), a quarter of them wait past the expiry first: their checkout must answer 410
   ``cart_expired`` and change nothing, and they rebuild the cart.
 
-Any 5xx or other unexpected status is a failure. When Locust quits, the invariants are checked:
-``manage.py audit_inventory`` and "units held by orders for product 101 since the flash-sale setup <= the
-flash-sale stock"; any violation or any failure sets the exit code to 1.
+A 503 with ``Retry-After`` (the front's when a request could not start within its queue bound, ``X-Shed-By: front``;
+the application's ``busy`` when a lock could not be had in time) is an honest answer: the buyer waits what
+``Retry-After`` says (plus up to half as much again, so that the shed crowd does not come back in one instant) and
+sends again, at most ``RETRIES_AFTER_503`` times, then gives up (counted as such). Any other 5xx or unexpected
+status is a failure, and so is a request the service never answered within ``CLIENT_TIMEOUT_SECONDS`` (status 0).
+When Locust quits, the invariants are checked: ``manage.py audit_inventory`` and "units held by orders for product
+101 since the flash-sale setup <= the flash-sale stock"; any violation or any failure sets the exit code to 1.
 
 Environment (all optional):
   LOADTEST_TOKENS_FILE       JSON list of customer tokens, one per user (from ``issue_token``; bench/loadtest.py
@@ -43,6 +47,7 @@ Environment (all optional):
 """
 
 import collections
+import contextlib
 import json
 import os
 import random
@@ -105,6 +110,17 @@ _burst_joined = 0
 _burst_done = 0
 
 
+# A buyer sends a request again after a 503 with Retry-After at most this many times, then gives up honestly.
+RETRIES_AFTER_503 = 10
+# Longer than anything the service may take to answer (the front's queue bound, then at most gunicorn's 30 s worker
+# timeout): a request not answered within it is one the service never answered, counted under status 0.
+CLIENT_TIMEOUT_SECONDS = 60
+# Each honest 503's (sent, answered), by who answered: "front" (X-Shed-By: front) or "app" (Django's).
+SHED = {"front": [], "app": []}
+HONEST_503 = ("503 front", "503 app")
+GAVE_UP = "gave up after 503s"
+
+
 def count(key, code):
     COUNTS[key][str(code)] += 1
 
@@ -120,17 +136,50 @@ def expect(resp, key, ok_statuses):
     return False
 
 
+def shed_wait(resp, key, sent):
+    """A 503 with Retry-After: counted under ``key`` by who answered, its latency kept, marked a success (the buyer
+    retries); the seconds to wait before sending again. None for any other answer."""
+    if resp.status_code != 503 or not (resp.headers.get("Retry-After") or "").isdigit():
+        return None
+    source = "front" if resp.headers.get("X-Shed-By") == "front" else "app"
+    SHED[source].append((sent, time.time()))
+    count(key, f"503 {source}")
+    resp.success()
+    return int(resp.headers["Retry-After"]) * random.uniform(1.0, 1.5)
+
+
+@contextlib.contextmanager
+def obeying_retry_after(client, method, path, *, key, **kwargs):
+    """One request as a real client sends it (a context manager like ``catch_response``): a 503 with Retry-After is
+    waited out and sent again, at most RETRIES_AFTER_503 times; yields the final answer and when it was sent
+    (``time.time()``), or None and the last 503's sending time when it gave up."""
+    for attempt in range(RETRIES_AFTER_503 + 1):
+        sent = time.time()
+        with client.request(method, path, catch_response=True, **kwargs) as resp:
+            wait = shed_wait(resp, key, sent)
+            if wait is None:
+                yield resp, sent
+                return
+        if attempt < RETRIES_AFTER_503:
+            gevent.sleep(wait)
+    count(key, GAVE_UP)
+    yield None, sent
+
+
 class CustomerUser(FastHttpUser):
     abstract = True
+    network_timeout = connection_timeout = CLIENT_TIMEOUT_SECONDS
 
     def on_start(self):
         self.token = next_token()
         self.auth = {"Authorization": f"Bearer {self.token}"}
 
     def checkout(self, items, *, key, name):
-        with self.client.post(
-            "/v1/checkout", json={"items": items}, headers=self.auth, name=name, catch_response=True
-        ) as resp:
+        with obeying_retry_after(
+            self.client, "POST", "/v1/checkout", key=key, json={"items": items}, headers=self.auth, name=name
+        ) as (resp, _sent):
+            if resp is None:
+                return None
             ok = expect(resp, key, (201, 409))
             if ok and resp.status_code == 409 and (resp.json() or {}).get("code") != "stock_conflict":
                 resp.failure(f"409 without code stock_conflict: {resp.text[:200]}")
@@ -148,8 +197,16 @@ class CustomerUser(FastHttpUser):
         }
         body = json.dumps(event).encode()
         header = sign(body=body, secret=SECRET)
-        with post_webhook(self.client, body, header, "POST /v1/payments/webhook") as resp:
-            if expect(resp, "webhook", (200,)):
+        with obeying_retry_after(  # a gateway retries a delivery the shop could not take
+            self.client,
+            "POST",
+            "/v1/payments/webhook",
+            key="webhook",
+            data=body,
+            headers={"Content-Type": "application/json", "X-Signature": header},
+            name="POST /v1/payments/webhook",
+        ) as (resp, _sent):
+            if resp is not None and expect(resp, "webhook", (200,)):
                 outcome = resp.json().get("status")
                 count("webhook outcome", outcome)
                 if outcome != "paid":
@@ -199,11 +256,10 @@ class OpeningBuyer(CustomerUser):
 
     def poll(self):
         """The product, and when its answer was computed on this machine's clock (the middle of the round trip)."""
-        sent = time.time()
-        with self.client.get(
-            f"/v1/products/{FLASH_PRODUCT}", name="GET /v1/products/101 [poll]", catch_response=True
-        ) as resp:
-            if not expect(resp, "poll 101", (200,)):
+        with obeying_retry_after(
+            self.client, "GET", f"/v1/products/{FLASH_PRODUCT}", key="poll 101", name="GET /v1/products/101 [poll]"
+        ) as (resp, sent):
+            if resp is None or not expect(resp, "poll 101", (200,)):
                 return None, sent
             return resp.json(), (sent + time.time()) / 2
 
@@ -227,14 +283,18 @@ class OpeningBuyer(CustomerUser):
     def buy_at_opening(self):
         for _ in range(20):
             self.wait_for_opening()
-            sent = time.time()
-            with self.client.post(
+            with obeying_retry_after(
+                self.client,
+                "POST",
                 "/v1/checkout",
+                key="checkout opening",
                 json={"items": [{"product_id": FLASH_PRODUCT, "qty": 1}]},
                 headers=self.auth,
                 name="POST /v1/checkout [opening]",
-                catch_response=True,
-            ) as resp:
+            ) as (resp, sent):
+                if resp is None:
+                    code = GAVE_UP
+                    break
                 code = (resp.json() or {}).get("code") if resp.status_code in (409, 410) else None
                 OPENING["requests"].append((sent, time.time(), resp.status_code, code))
                 key = f"opening {resp.status_code} {code}" if code else f"opening {resp.status_code}"
@@ -247,7 +307,9 @@ class OpeningBuyer(CustomerUser):
                     resp.failure(f"unexpected {resp.status_code}: {(resp.text or '')[:200]}")
             if code != "sale_not_started":
                 break
-        OPENING["final"][f"{resp.status_code} {code}" if code else str(resp.status_code)] += 1
+        OPENING["final"][
+            GAVE_UP if resp is None else f"{resp.status_code} {code}" if code else str(resp.status_code)
+        ] += 1
         OPENING["done"] += 1
         if OPENING["done"] == OPENING_BUYERS:
             gevent.spawn_later(0.1, self.environment.runner.quit)
@@ -306,7 +368,8 @@ class QueueBuyer(CustomerUser):
     """Joins product 101's queue (one pass) at a random moment of the first QUEUE_JOIN_SPREAD_SECONDS, polls it after
     each ``poll_after``, checks out once ``admitted`` (and pays by signed webhook, so that a sold-out sale ends the
     queue), and stops at a final answer. Like a real client it retries a request that got no answer (a timeout or a
-    refused connection on an overloaded machine, counted under status 0) after a short back-off."""
+    refused connection on an overloaded machine, counted under status 0) after a short back-off, and obeys a 503's
+    Retry-After (``obeying_retry_after``)."""
 
     wait_time = constant(0)
     weight = 1
@@ -315,21 +378,23 @@ class QueueBuyer(CustomerUser):
         """The join (POST) or a poll (GET of the join's ``poll_url`` with its signed pass in ``Queue-Pass``, which
         the server answers without the database while the pass waits); the answer, None after a refusal."""
         name = "POST /v1/products/101/queue" if method == "post" else "GET /v1/queue/passes/<id> [poll]"
+        key = "queue join" if method == "post" else "queue poll"
         for attempt in range(8):
-            sent = time.time()
             if method == "post":
-                request = self.client.post(
-                    f"/v1/products/{FLASH_PRODUCT}/queue", headers=self.auth, name=name, catch_response=True
-                )
+                path, headers = f"/v1/products/{FLASH_PRODUCT}/queue", self.auth
             else:
-                headers = {**self.auth, self.signed_pass[0]: self.signed_pass[1]}
-                request = self.client.get(self.poll_url, headers=headers, name=name, catch_response=True)
-            with request as resp:
+                path, headers = self.poll_url, {**self.auth, self.signed_pass[0]: self.signed_pass[1]}
+            with obeying_retry_after(self.client, method.upper(), path, key=key, headers=headers, name=name) as (
+                resp,
+                sent,
+            ):
+                if resp is None:
+                    return {"state": GAVE_UP}
                 if resp.status_code == 0:  # no answer: counted, retried
-                    count("queue join" if method == "post" else "queue poll", 0)
+                    count(key, 0)
                     resp.success()
                 else:
-                    ok = expect(resp, "queue join" if method == "post" else "queue poll", (200, 201))
+                    ok = expect(resp, key, (200, 201))
                     (QUEUE["joins"] if method == "post" else QUEUE["polls"]).append((sent, time.time()))
                     body = resp.json() if ok else None
                     if body is not None and "pass_token" in body:  # the join's, or a new one once placed
@@ -340,14 +405,17 @@ class QueueBuyer(CustomerUser):
         return None
 
     def buy(self):
-        sent = time.time()
-        with self.client.post(
+        with obeying_retry_after(
+            self.client,
+            "POST",
             "/v1/checkout",
+            key="checkout admitted",
             json={"items": [{"product_id": FLASH_PRODUCT, "qty": 1}]},
             headers=self.auth,
             name="POST /v1/checkout [admitted]",
-            catch_response=True,
-        ) as resp:
+        ) as (resp, sent):
+            if resp is None:
+                return GAVE_UP
             code = (resp.json() or {}).get("code") if resp.status_code in (409, 410) else None
             QUEUE["checkouts"].append((sent, time.time(), resp.status_code, code))
             count("checkout admitted", f"{resp.status_code} {code}" if code else resp.status_code)
@@ -375,7 +443,7 @@ class QueueBuyer(CustomerUser):
             if state == "admitted":
                 final = self.buy()
                 break
-            if state in ("sold_out", "expired", "used"):
+            if state in ("sold_out", "expired", "used", GAVE_UP):
                 if state == "sold_out" and QUEUE["first_sold_out"] is None:
                     QUEUE["first_sold_out"] = time.time()
                 final = state
@@ -420,6 +488,24 @@ def queue_report(opening_at):
         if QUEUE["first_sold_out"] and opening_at
         else None,
     }
+
+
+def shed_report():
+    """The honest 503s by who answered (the front, the application): how many, their client-side p50/p99; the
+    requests never answered (status 0: time-outs, refused or reset connections); the buyers who gave up."""
+
+    def pct(values, q):
+        values = sorted(values)
+        return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else None
+
+    report = {"no_answer": sum(counter.get("0", 0) for counter in COUNTS.values())}
+    report["gave_up"] = sum(counter.get(GAVE_UP, 0) for counter in COUNTS.values())
+    for source, answers in SHED.items():
+        latencies = [(answered - sent) * 1000 for sent, answered in answers]
+        report[f"shed_{source}"] = len(latencies)
+        report[f"shed_{source}_p50_ms"] = pct(latencies, 0.5)
+        report[f"shed_{source}_p99_ms"] = pct(latencies, 0.99)
+    return report
 
 
 def post_webhook(client, body, header, name):
@@ -645,15 +731,26 @@ def _check_invariants(environment, **_kwargs):
         if set(QUEUE["final"]) - {"201", "sold_out", "expired", "410 admission_expired"}:
             violations.append(f"queue buyers ended otherwise than bought, sold_out or expired: {dict(QUEUE['final'])}")
     print(f"flash sale (product {FLASH_PRODUCT}, stock {FLASH_SALE_STOCK}): created={created} conflict={conflicts}")
-    server_errors = sum(n for counter in COUNTS.values() for status, n in counter.items() if status.startswith("5"))
+    # Honest 503s (with Retry-After) are answers the buyers obeyed; any other 5xx is a server error.
+    server_errors = sum(
+        n
+        for counter in COUNTS.values()
+        for status, n in counter.items()
+        if status.startswith("5") and status not in HONEST_503
+    )
+    shed = shed_report()
+    print("503 with Retry-After: " + ", ".join(f"{k}={v}" for k, v in shed.items()), flush=True)
     if total.num_failures:
         violations.append(f"{total.num_failures} failed requests (5xx: {server_errors})")
     if created > FLASH_SALE_STOCK:
         violations.append(
             f"OVERSELL: {created} checkouts of product {FLASH_PRODUCT} succeeded for stock {FLASH_SALE_STOCK}"
         )
-    if BURST and created + conflicts != BURST:
-        violations.append(f"{BURST} flash-sale buyers but only {created + conflicts} got a 201 or a 409")
+    gave_up = flash.get(GAVE_UP, 0)
+    if BURST and created + conflicts + gave_up != BURST:
+        violations.append(
+            f"{BURST} flash-sale buyers but only {created + conflicts} got a 201 or a 409 ({gave_up} gave up)"
+        )
     audit = _run([sys.executable, "manage.py", "audit_inventory"])
     print(_clean(audit.stdout + audit.stderr), flush=True)
     if audit.returncode != 0:
@@ -694,6 +791,7 @@ def _check_invariants(environment, **_kwargs):
                     "requests": total.num_requests,
                     "failures": total.num_failures,
                     "server_errors": server_errors,
+                    **shed,
                     "p50_ms": total.get_response_time_percentile(0.5),
                     "p95_ms": total.get_response_time_percentile(0.95),
                     "p99_ms": total.get_response_time_percentile(0.99),

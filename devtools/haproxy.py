@@ -3,8 +3,12 @@
 
 - health: ``GET /readyz`` every 500 ms; two failures take an instance out, one success puts it back;
 - each instance gets at most ``maxconn`` requests at a time (its sync workers); the rest wait in HAProxy's queue,
-  at most ``timeout queue``, then the buyer gets ``deploy/haproxy/503.http`` (503, ``Retry-After: 2``, the API's
-  error shape) instead of waiting on;
+  at most ``timeout queue`` (:data:`QUEUE_TIMEOUT_MS`, the bound a request must start within), then the buyer gets
+  ``deploy/haproxy/503.http`` (503, ``Retry-After: 2``, ``X-Shed-By: front``, the API's error shape) instead of
+  waiting on: under overload every request is answered, fast, and one that was shed never reached the application;
+- at most ``max_clients`` client connections at once (global and frontend ``maxconn``; each costs HAProxy two file
+  descriptors, checked against this process's limit before the start);
+- with ``log_path``, one JSON line per request (status, time queued, total time, termination state) in that file;
 - a connection an instance refuses is retried on another one (``retries``, ``option redispatch``);
 - the runtime API (a Unix socket, ``level admin``) drains an instance (``set server web/NAME state drain``: no new
   requests, the ones in flight finish) and puts it back (``state ready``): :meth:`HAProxy.drain`, :meth:`ready`.
@@ -16,6 +20,7 @@ is started on a free port on 127.0.0.1 and stopped by its pid.
 from __future__ import annotations
 
 import csv
+import resource
 import shutil
 import signal
 import socket
@@ -31,6 +36,13 @@ from devtools.processes import ROOT, free_port
 ERRORFILE_503 = ROOT / "deploy" / "haproxy" / "503.http"
 BACKEND = "web"
 CHECK_INTERVAL_MS = 500
+# The bound: a request that cannot start on a worker within this long after it reached the front is answered 503 with
+# Retry-After (the errorfile) instead of waiting on (docs/operations.md#overload-a-fast-503-never-a-time-out).
+QUEUE_TIMEOUT_MS = 2000
+MAX_CLIENTS = 4000
+# One line per request: what ``bench.loadtest`` reads for the front's own answers (%tsc: the termination state, "sQ"
+# when the queue timeout answered; %Tw: ms queued; %Ta: ms from the request to the end of its answer).
+LOG_FORMAT = '{"status":%ST,"tsc":"%tsc","tw":%Tw,"ta":%Ta,"method":"%HM","path":"%HPO"}'
 
 
 def binary() -> str | None:
@@ -44,19 +56,22 @@ def render_config(
     servers: dict[str, int],
     admin_socket: Path,
     maxconn: int,
-    queue_timeout_ms: int,
+    queue_timeout_ms: int = QUEUE_TIMEOUT_MS,
     server_timeout_ms: int = 30_000,
     errorfile: Path = ERRORFILE_503,
+    max_clients: int = MAX_CLIENTS,
+    log_requests: bool = False,
 ) -> str:
     """The whole haproxy.cfg: one frontend on 127.0.0.1:``port``, one backend of ``servers`` (name → port)."""
     lines = [
         "global",
-        "    maxconn 4000",
+        f"    maxconn {max_clients}",
         f"    stats socket {admin_socket} mode 600 level admin",
+        *(["    log stdout format raw local0"] if log_requests else []),
         "",
         "defaults",
         "    mode http",
-        "    option httplog",
+        *(["    log global", f"    log-format '{LOG_FORMAT}'"] if log_requests else ["    option httplog"]),
         "    timeout connect 2s",
         "    timeout client 60s",
         f"    timeout server {server_timeout_ms}ms",
@@ -67,6 +82,7 @@ def render_config(
         "",
         "frontend shop",
         f"    bind 127.0.0.1:{port}",
+        f"    maxconn {max_clients}",
         f"    default_backend {BACKEND}",
         "",
         f"backend {BACKEND}",
@@ -90,7 +106,9 @@ def parse_stat(text: str) -> dict[str, dict[str, str]]:
 class HAProxy:
     servers: dict[str, int]
     maxconn: int
-    queue_timeout_ms: int = 3000
+    queue_timeout_ms: int = QUEUE_TIMEOUT_MS
+    max_clients: int = MAX_CLIENTS
+    log_path: Path | None = None
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="skincare-haproxy-")))
@@ -115,17 +133,25 @@ class HAProxy:
                 admin_socket=self.admin_socket,
                 maxconn=self.maxconn,
                 queue_timeout_ms=self.queue_timeout_ms,
+                max_clients=self.max_clients,
+                log_requests=self.log_path is not None,
             )
         )
+        needed, (_soft, hard) = 2 * self.max_clients + 100, resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and needed > hard:
+            raise SystemExit(
+                f"haproxy needs about {needed} file descriptors for {self.max_clients} clients; the limit is {hard}"
+            )
         check = subprocess.run([exe, "-c", "-q", "-f", str(config)], capture_output=True, text=True)
         if check.returncode != 0:
             raise SystemExit(f"haproxy refused its configuration:\n{check.stdout}{check.stderr}")
-        log = open(self.workdir / "haproxy.log", "w")  # noqa: SIM115 - the process owns it until stop()
-        self.proc = subprocess.Popen([exe, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        log_path = self.log_path or self.workdir / "haproxy.log"
+        with open(log_path, "w") as log:  # the process keeps its own descriptor
+            self.proc = subprocess.Popen([exe, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SystemExit(f"haproxy exited early; see {self.workdir / 'haproxy.log'}")
+                raise SystemExit(f"haproxy exited early; see {log_path}")
             try:
                 if all(row["status"] == "UP" for row in self.stat().values()):
                     return self

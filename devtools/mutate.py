@@ -1039,6 +1039,18 @@ MUTATIONS = [
         "isinstance(amount, str) and amount.strip()",
         ("payments/tests/test_openapi_limits.py::test_the_webhook_validation_agrees_with_each_stated_pattern",),
     ),
+    Mutation(
+        "front-queue-unbounded",
+        "the front's queue timeout is not the bound: a request waits a minute for a worker instead of a fast 503",
+        "devtools/haproxy.py",
+        "render_config",
+        'f"    timeout queue {queue_timeout_ms}ms",',
+        '"    timeout queue 60s",',
+        (
+            "skincare/tests/test_front_sheds.py::"
+            "test_a_request_that_cannot_start_within_the_bound_gets_the_fronts_503_with_retry_after",
+        ),
+    ),
 ]
 
 

@@ -196,7 +196,8 @@ class Gunicorn:
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
-                str(ROOT / ".venv/bin/gunicorn"),
+                # beside the running Python (this checkout's venv, also for a scratch copy of the tree that has none)
+                str(Path(PY).with_name("gunicorn")),
                 "-c",
                 self.config,
                 f"--worker-class={self.worker_class}",

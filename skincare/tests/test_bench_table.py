@@ -131,3 +131,22 @@ def test_the_load_tests_server_latencies_come_from_the_access_lines_of_its_own_r
     by_kind = loadtest.server_latencies(log, offset)
     assert by_kind["poll"] == {"n": 100, "p50_ms": 51.0, "p99_ms": 100.0, "503": 0}  # the earlier line left out
     assert by_kind["checkout"] == {"n": 1, "p50_ms": 2.0, "p99_ms": 2.0, "503": 1}
+    assert by_kind["503 (application)"] == {"n": 1, "p50_ms": 2.0, "p99_ms": 2.0, "503": 0}
+
+
+def test_the_load_tests_front_latencies_tell_the_fronts_503s_from_the_requests_it_passed_on(tmp_path):
+    from bench import loadtest
+
+    def line(status, tsc, tw, ta):
+        return json.dumps({"status": status, "tsc": tsc, "tw": tw, "ta": ta, "method": "GET", "path": "/x"}) + "\n"
+
+    log = tmp_path / "haproxy.log"
+    log.write_text(line(503, "sQ--", -1, 9999) + "[NOTICE] haproxy started\n")
+    offset = log.stat().st_size
+    with log.open("a") as f:
+        f.writelines(line(200, "----", i, i + 1) for i in range(100))
+        f.write(line(503, "----", 5, 6))  # the application's own 503, passed on by the front
+        f.write(line(503, "sQ--", -1, 2000))  # the queue timeout: the front answered
+    by_source = loadtest.front_latencies(log, offset)
+    assert by_source["503 (front)"] == {"n": 1, "p50_ms": 2000.0, "p99_ms": 2000.0}  # the earlier line left out
+    assert by_source["queued at the front"] == {"n": 101, "p50_ms": 49.0, "p99_ms": 98.0}

@@ -40,12 +40,35 @@ def test_haproxy_checks_readyz_bounds_the_queue_and_answers_503_with_retry_after
     assert f"errorfile 503 {haproxy.ERRORFILE_503}" in config
     head, _, body = errorfile.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 2" in head
+    assert b"\r\nX-Shed-By: front" in head  # tells the front's 503 from the application's own
     assert b'"code": "busy"' in body
 
 
+def test_haproxy_holds_every_client_of_a_crowd_and_logs_each_request_when_asked(tmp_path):
+    config = haproxy.render_config(
+        port=8080, servers={"web0": 9000}, admin_socket=tmp_path / "a.sock", maxconn=3, max_clients=6000
+    )
+    global_section, frontend = config.split("defaults", 1)[0], config.split("frontend shop", 1)[1].split("backend")[0]
+    assert "maxconn 6000" in global_section and "maxconn 6000" in frontend
+    assert f"timeout queue {haproxy.QUEUE_TIMEOUT_MS}ms" in config  # the bound, stated once
+    assert "log-format" not in config
+    logged = haproxy.render_config(
+        port=8080, servers={"web0": 9000}, admin_socket=tmp_path / "a.sock", maxconn=3, log_requests=True
+    )
+    assert "log stdout format raw" in logged and f"log-format '{haproxy.LOG_FORMAT}'" in logged
+
+
 @pytest.mark.haproxy
-def test_haproxy_accepts_the_rendered_configuration(tmp_path):
-    (tmp_path / "haproxy.cfg").write_text(render_haproxy(tmp_path))
+@pytest.mark.parametrize("log_requests", [False, True])
+def test_haproxy_accepts_the_rendered_configuration(tmp_path, log_requests):
+    config = haproxy.render_config(
+        port=8080,
+        servers={"web0": 9000, "web1": 9001},
+        admin_socket=tmp_path / "admin.sock",
+        maxconn=2,
+        log_requests=log_requests,
+    )
+    (tmp_path / "haproxy.cfg").write_text(config)
     checked = subprocess.run(  # noqa: S603 - the installed haproxy on a file this test wrote
         [haproxy.binary(), "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True
     )
