@@ -154,6 +154,7 @@ class Crowd:
         self.finals: Counter[str] = Counter()
         self.polls_due: Counter[int] = Counter()  # by second from the opening
         self.polls_answered: Counter[int] = Counter()
+        self.answered_per_second: Counter[int] = Counter()  # every kind of request
         self.cpu_per_second: list[float] = []
         self.done = 0
         self.last_sale_at: float | None = None
@@ -281,6 +282,7 @@ class Crowd:
                 self.schedule(buyer, time.time() + min(8, 2**buyer.retries) * random.uniform(0.5, 1.0))
                 continue
             at = time.time()
+            self.answered_per_second[self.second(at)] += 1
             self.latency.setdefault(step, []).append(at - sent)
             if self.trace is not None:
                 self.trace.append((buyer.n, step, due, sent, at, body))
@@ -328,6 +330,8 @@ class Crowd:
             "opens_at": self.opens_at,
             "last_sale_at": self.last_sale_at,
             "first_sold_out_at": self.first_sold_out_at,
+            "answered_per_second_mean": round(requests / len(self.answered_per_second), 1) if requests else None,
+            "answered_per_second_peak": max(self.answered_per_second.values(), default=None),
             "polls_due": due,
             "polls_answered": answered,
             "polls_sustained_ratio": round(answered / due, 3) if due else None,

@@ -140,7 +140,9 @@ def run_mode(args: argparse.Namespace, *, send_pass: bool) -> dict[str, Any]:
             argv += ["--opens-at", repr(opens_at), "--join-spread", str(args.join_spread), "--until", str(args.until)]
             argv += ["--connections", str(args.connections), "--out", str(out)]
             log(f"{mode}: {args.buyers} buyers join over {args.join_spread} s, the sale opens at +{lead:.0f} s")
-            subprocess.run([*argv, *([] if send_pass else ["--no-pass"])], cwd=ROOT, check=True, capture_output=True)
+            client = subprocess.run([*argv, *([] if send_pass else ["--no-pass"])], cwd=ROOT, capture_output=True)
+            if client.returncode != 0:
+                raise SystemExit(f"the client failed:\n{client.stderr.decode()[-2000:]}")
             web_cpu = sum(cpu_seconds(w) for w in workers) - web_before
     finally:
         sweeper.terminate()
@@ -203,6 +205,10 @@ def side_by_side(results: list[dict[str, Any]]) -> str:
         row("", lambda r: r["mode"]),
         row("finals", lambda r: " ".join(f"{k} {v}" for k, v in sorted(c(r)["finals"].items()))),
         row("unfinished at the end of the window", lambda r: c(r)["unfinished"]),
+        row(
+            "requests answered/s: mean (peak)",
+            lambda r: f"{c(r)['answered_per_second_mean']} ({c(r)['answered_per_second_peak']})",
+        ),
         row("polls due in the window / answered", lambda r: f"{c(r)['polls_due']} / {c(r)['polls_answered']}"),
         row("polls sustained / asked (ratio)", lambda r: c(r)["polls_sustained_ratio"]),
         row(
