@@ -20,7 +20,7 @@ export DJANGO_ENV
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps haproxy-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps haproxy-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue loadtest-wait
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
@@ -28,6 +28,7 @@ help:
 	@echo "make stop   - stop the embedded PostgreSQL"
 	@echo "make loadtest / make bench - Locust swarm checks / the benchmark's results table (see docs/benchmarks.md)"
 	@echo "make loadtest-queue - the waiting room's load profile: 5,000 buyers without and with a queue (docs/queue.md)"
+	@echo "make loadtest-wait - 50,000 buyers waiting in the queue, polling with and without the signed pass (docs/queue.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
 	@echo "make scaleout - HAProxy + 2 web instances + PgBouncer + 2 sweepers under load (see docs/operations.md)"
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
@@ -151,6 +152,11 @@ loadtest: demo haproxy-deps
 # The waiting room's profile alone (`make loadtest` runs it too, last; about four minutes on a quiet machine).
 loadtest-queue: demo haproxy-deps
 	$(PY) -m bench loadtest --only queue
+
+# 50,000 buyers in the waiting line, driven by the light client bench/crowd.py, polling with the signed pass and then
+# without it (docs/queue.md#the-waiting-line-at-scale; about seven minutes).
+loadtest-wait: demo
+	$(PY) -m bench crowd
 
 # Every cell of the benchmark on a fresh database, the one results table written into docs/benchmarks.md (about
 # 8 minutes on two cores).

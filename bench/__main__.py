@@ -5,6 +5,7 @@
     python -m bench pgbench    # the pgbench cells only (the seed's transaction, the service's statements), printed
     python -m bench cpu        # Python CPU per request, in-process; --against GIT_REF for an A/B (bench.cpu)
     python -m bench loadtest   # make loadtest: the Locust swarm checks (bench.loadtest)
+    python -m bench crowd      # make loadtest-wait: 50,000 waiting buyers, light client (bench.waitline, bench.crowd)
 
 ``table``, ``http`` and ``pgbench`` seed a fresh benchmark database (skincare_bench) and take ``--rounds``,
 ``--duration`` (seconds per cell) and ``--connections`` (wrk connections and pgbench clients).
@@ -16,12 +17,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import cells, cpu, loadtest, table
+from bench import cells, cpu, loadtest, table, waitline
 from bench.seeding import seed
 from bench.tools import ensure_tools
 from devtools.processes import PY, RESULTS, ROOT, django_env, log, server_url
 
-COMMANDS = ("table", "http", "pgbench", "cpu", "loadtest")
+COMMANDS = ("table", "http", "pgbench", "cpu", "loadtest", "crowd")
 
 
 def service_statements(url: str) -> dict:
@@ -77,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cpu.main(rest)
     if command == "loadtest":
         return int(loadtest.main(rest) or 0)
+    if command == "crowd":
+        return waitline.main(rest)
     return measure(command, rest)
 
 

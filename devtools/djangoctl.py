@@ -9,7 +9,6 @@ Every stock change goes through ``inventory.services`` so the ledger stays consi
 """
 
 import argparse
-import io
 import json
 import sys
 from collections.abc import Sequence
@@ -19,13 +18,26 @@ from devtools.processes import setup_django_quietly
 
 
 def tokens(count: int, prefix: str, out: str) -> None:
-    from django.core.management import call_command
+    """What ``manage.py issue_token`` does for each of COUNT customers (created if needed with an unusable password,
+    earlier tokens revoked, one fresh token each), in one transaction with the users created in bulk: 50,000
+    customers in seconds rather than minutes."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import make_password
+    from django.db import transaction
+    from django.db.models.functions import Now
 
-    issued = []
-    for i in range(count):
-        buf = io.StringIO()
-        call_command("issue_token", f"{prefix}-{i:05d}", stdout=buf)
-        issued.append(buf.getvalue().strip())
+    from skincare import services
+    from skincare.models import ApiToken
+
+    user_model = get_user_model()
+    names = [f"{prefix}-{i:05d}" for i in range(count)]
+    with transaction.atomic():
+        known = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+        fresh = [user_model(username=name, password=make_password(None)) for name in names if name not in known]
+        user_model.objects.bulk_create(fresh, batch_size=2000)
+        users = user_model.objects.filter(username__in=names).in_bulk(field_name="username")
+        ApiToken.objects.filter(user__username__in=known, revoked_at__isnull=True).update(revoked_at=Now())
+        issued = [services.api_token_issue(user=users[name]) for name in names]
     with open(out, "w") as fh:
         json.dump(issued, fh)
     print(f"{len(issued)} tokens written to {out}")

@@ -1,0 +1,72 @@
+"""The light load client (bench/crowd.py) against a live server on the test database: it obeys ``poll_after``, keeps
+the wait for a connection (lag) apart from the request's own time (latency), and flags its own saturation."""
+
+import asyncio
+import itertools
+import json
+import time
+
+import pytest
+from django.core.management import call_command
+
+from bench.crowd import LOOP_LAG_BOUND_MS, Crowd, saturated
+from devtools.processes import BENCH_SECRET
+from inventory.models import Product
+from waitingroom import services
+from waitingroom.testing import admit_now, sale_starts_in
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_crowd_obeys_poll_after_and_keeps_lag_apart_from_latency(live_server, settings, make_customer):
+    settings.PAYMENT_WEBHOOK_SECRET = BENCH_SECRET  # the client pays with the bench's signed webhook
+    settings.QUEUE_POLL_MAX_SECONDS = 2  # the waiting buyers poll within seconds, not half a minute
+    call_command("load_demo_data", verbosity=0)
+    call_command("flash_sale_setup", "--stock", "1", "--starts-in", "60", "--duration", "600", "--queue", verbosity=0)
+    product = Product.objects.get(pk=101)
+    sale_starts_in(product, -1)
+    customers = [make_customer(f"crowd-{n}") for n in range(3)]
+    for customer in customers:  # joined and placed before the client starts: its join answers 200, the same pass
+        services.queue_join(customer=customer, product_id=101)
+    admit_now(product)  # one unit: the first in line is admitted, the other two wait
+    tokens = [customer.api_token for customer in customers]
+
+    now = time.time()
+    crowd = Crowd(
+        live_server.url, tokens, join_times=[now] * 3, ends_at=now + 15, opens_at=now - 1, connections=1, trace=True
+    )
+    report = asyncio.run(crowd.run())
+
+    assert report["finals"] == {"bought": 1, "sold_out": 2}, report["statuses"]
+    assert report["unfinished"] == 0
+    assert report["polls_answered"] == report["polls_due"] > 0
+    trace = crowd.trace
+    assert trace is not None
+    # One connection: each request is written only once the previous one was answered, and a request that was due
+    # while the connection was busy counts that wait as lag, not as latency.
+    for before, after in itertools.pairwise(trace):
+        assert after[3] >= before[4]
+    joins = [entry for entry in trace if entry[1] == "join"]
+    assert [entry[3] - entry[2] for entry in joins] == sorted(entry[3] - entry[2] for entry in joins)
+    assert joins[2][3] - joins[2][2] >= (joins[0][4] - joins[0][3]) + (joins[1][4] - joins[1][3])
+    assert sum(report["latency_ms"][step]["n"] for step in report["latency_ms"]) == len(trace)
+    # Each poll is sent poll_after seconds after the answer that asked for it: never before, and late by no more
+    # than the client's own lag (one connection, a few requests).
+    polls = 0
+    for n in range(3):
+        mine = [entry for entry in trace if entry[0] == n]
+        for previous, entry in itertools.pairwise(mine):
+            asked = json.loads(previous[5]).get("poll_after")
+            if entry[1] == "poll":
+                polls += 1
+                assert entry[2] == pytest.approx(previous[4] + asked, abs=1e-6)  # due exactly then
+                assert 0 <= entry[3] - entry[2] < 0.5
+    assert polls >= 2
+    assert report["statuses"].get("poll 200", 0) == polls  # every poll answered (the signed pass accepted)
+    assert report["client_saturated"] is False
+
+
+def test_the_saturation_flag_follows_the_stated_bounds():
+    assert saturated(loop_lag_p99_ms=LOOP_LAG_BOUND_MS + 1, cpu_per_second=[0.1] * 10)
+    assert saturated(loop_lag_p99_ms=1.0, cpu_per_second=[0.1, 0.95, 0.95, 0.95, 0.95, 0.95, 0.1])
+    assert not saturated(loop_lag_p99_ms=1.0, cpu_per_second=[0.95, 0.95, 0.95, 0.95, 0.1, 0.95, 0.95])
+    assert not saturated(loop_lag_p99_ms=None, cpu_per_second=[])
