@@ -783,6 +783,17 @@ MUTATIONS = [
         ("waitingroom/tests/test_signed_pass.py::test_another_customers_pass_is_refused",),
     ),
     Mutation(
+        "poll-placements-per-pass",
+        "a pass signed before the opening reads its position from the database at its first poll (no placements)",
+        "waitingroom/selectors.py",
+        "pass_poll",
+        "position = placed_position(product_id=signed.product_id, pass_id=signed.pass_id)",
+        "position = None",
+        (
+            "waitingroom/tests/test_signed_pass.py::test_the_first_polls_after_the_opening_read_the_placements_once_per_process",
+        ),
+    ),
+    Mutation(
         "queue-poll-unbounded",
         "poll_after has no upper bound (half the ETA however far)",
         "waitingroom/selectors.py",

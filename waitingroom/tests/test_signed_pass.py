@@ -126,7 +126,7 @@ def test_control_stale_counters_and_polls_without_the_signed_pass_read_the_datab
     url, token = placed_pass(api, make_product(stock=5))
     poll(api, url, token)
 
-    counters.queue_counters_forget()  # as when QUEUE_COUNTERS_MAX_AGE_SECONDS has passed
+    counters.queue_counters_forget(placements=False)  # as when QUEUE_COUNTERS_MAX_AGE_SECONDS has passed
     with CaptureQueriesContext(connection) as stale:
         poll(api, url, token)
         poll(api, url, token)
@@ -169,3 +169,89 @@ def test_before_the_opening_a_pass_reveals_nothing_of_its_draw(make_customer, ma
     # every answer alike whatever the draw: the position unknown, the next poll at QUEUE_POLL_MAX_SECONDS
     assert {(a["position"], a["ahead"], a["poll_after"]) for a in answers} == {(None, None, 30)}
     assert "draw" not in passtoken.SignedPass.__dataclass_fields__  # nor does the signed pass carry it
+
+
+def pre_opening_passes(product, make_customer, n):
+    """``n`` customers join before the opening; their clients and the passes (poll URL, token with no position)
+    the join signed. Each join authenticated its customer's token, which the process remembers."""
+    queue_product(product, pace=5, starts_in=60)
+    clients = [client_for(make_customer()) for _ in range(n)]
+    return clients, [join(client, product) for client in clients]
+
+
+def the_opening(product):
+    """The sale opens and the real advance places everyone in one step (nobody admitted yet)."""
+    sale_starts_in(product, -1)
+    reset_queue_clock(product)
+    assert services.queue_advance(product_id=product.pk).admitted == 0
+
+
+def positions_of(product):
+    return dict(QueuePass.objects.filter(product=product).values_list("id", "position"))
+
+
+@pytest.fixture
+def counters_kept(settings):
+    """Tokens and counters outlive the test (nothing expires halfway through a few hundred polls)."""
+    settings.API_TOKEN_CACHE_SECONDS = 3600
+    settings.QUEUE_COUNTERS_MAX_AGE_SECONDS = 3600
+
+
+def first_polls_after_the_opening(make_customer, make_product, n):
+    product = make_product(stock=n)
+    clients, passes = pre_opening_passes(product, make_customer, n)
+    the_opening(product)
+    counters.queue_counters_forget()  # a process that has read nothing since the opening
+    with CaptureQueriesContext(connection) as queries:
+        answers = [poll(client, url, token).json() for client, (url, token) in zip(clients, passes, strict=True)]
+    return product, answers, len(queries)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_first_polls_after_the_opening_read_the_placements_once_per_process(
+    counters_kept, make_customer, make_product
+):
+    product, answers, statements = first_polls_after_the_opening(make_customer, make_product, 300)
+
+    assert statements <= 2  # the counters, then every placement at once: not one statement per pass
+    database = positions_of(product)
+    assert sorted(database.values()) == list(range(1, 301))
+    assert {a["pass_id"]: a["position"] for a in answers} == database
+    assert {a["state"] for a in answers} == {"waiting"}
+    assert all(a["ahead"] == a["position"] - 1 for a in answers)
+    assert all(passtoken_position(a["pass_token"]) == a["position"] for a in answers)  # re-signed with it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_without_the_placements_every_first_poll_reads_its_pass(
+    counters_kept, make_customer, make_product, monkeypatch
+):
+    monkeypatch.setattr(counters, "PLACEMENTS_HELD", 0)
+    product, answers, statements = first_polls_after_the_opening(make_customer, make_product, 300)
+
+    assert statements == 1 + 300  # the counters, then one read per pass
+    assert {a["pass_id"]: a["position"] for a in answers} == positions_of(product)
+
+
+def passtoken_position(token):
+    return signing.Signer(salt=passtoken.SALT).unsign_object(token)["n"]
+
+
+def test_a_pass_placed_after_the_process_read_the_placements_gets_its_exact_position(
+    counters_kept, make_customer, make_product
+):
+    product = make_product(stock=10)
+    clients, passes = pre_opening_passes(product, make_customer, 3)
+    the_opening(product)
+    assert poll(clients[0], *passes[0]).json()["position"] is not None  # the process reads the placements
+    late = client_for(make_customer())
+    url, token = join(late, product)  # joins after the opening: placed at the next advance, behind the three
+    services.queue_advance(product_id=product.pk)
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = poll(late, url, token).json()
+    assert len(queries) == 1  # not in this process's placements: its pass read from the database
+    assert answer["position"] == positions_of(product)[answer["pass_id"]] == 4
+    assert passtoken_position(answer["pass_token"]) == 4
+    copied = poll(late, *passes[1])  # another customer's pass, whose position this process holds
+    assert (copied.status_code, copied.json()["code"]) == (403, "queue_pass_invalid")
