@@ -4,7 +4,7 @@ statement while the counters are fresh."""
 
 import pytest
 from django.core import signing
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
@@ -174,7 +174,7 @@ def test_before_the_opening_a_pass_reveals_nothing_of_its_draw(make_customer, ma
 def pre_opening_passes(product, make_customer, n):
     """``n`` customers join before the opening; their clients and the passes (poll URL, token with no position)
     the join signed. Each join authenticated its customer's token, which the process remembers."""
-    queue_product(product, pace=5, starts_in=60)
+    queue_product(product, pace=1, starts_in=60)  # an advance within a second of the opening admits nobody
     clients = [client_for(make_customer()) for _ in range(n)]
     return clients, [join(client, product) for client in clients]
 
@@ -255,3 +255,37 @@ def test_a_pass_placed_after_the_process_read_the_placements_gets_its_exact_posi
     assert passtoken_position(answer["pass_token"]) == 4
     copied = poll(late, *passes[1])  # another customer's pass, whose position this process holds
     assert (copied.status_code, copied.json()["code"]) == (403, "queue_pass_invalid")
+
+
+def same_answer(fast, drf, status):
+    """The answers of a signed poll (answered without DRF's dispatch) and of the same request through DRF: the same
+    status, body bytes and headers."""
+    assert fast.status_code == drf.status_code == status, (fast.content, drf.content)
+    assert fast.content == drf.content
+    for header in ("Content-Type", "WWW-Authenticate", "Retry-After", "Allow"):
+        assert fast.get(header) == drf.get(header), header
+
+
+def test_a_signed_polls_errors_are_the_apis_errors(api, make_product, monkeypatch):
+    """Each error of a poll with a signed pass is the answer DRF's dispatch gives the same request without the
+    signed pass: no credentials, a malformed or unknown token (401), a pass that is gone (404), an outage (503)."""
+    product = make_product(stock=5)
+    queue_product(product, starts_in=60)
+    url, token = join(api, product)
+    for authorization in (None, "Bearer not-a-token", "Bearer a b"):
+        client = APIClient()
+        if authorization:
+            client.credentials(HTTP_AUTHORIZATION=authorization)
+        same_answer(poll(client, url, token), client.get(url), 401)
+
+    api.cookies.clear()  # the join's cookie is a signed pass too: the DRF path gets none
+    assert poll(api, url, token).status_code == api.get(url).status_code == 200  # control: both paths answer
+    outage = OperationalError("connection refused")
+    monkeypatch.setattr(selectors, "pass_poll", lambda **_: (_ for _ in ()).throw(outage))
+    monkeypatch.setattr(selectors, "pass_get", lambda **_: (_ for _ in ()).throw(outage))
+    same_answer(poll(api, url, token), api.get(url), 503)
+    monkeypatch.undo()
+
+    services.queue_remove(product_id=product.pk)  # the queue and its passes gone
+    counters.queue_counters_forget()
+    same_answer(poll(api, url, token), api.get(url), 404)
