@@ -4,6 +4,7 @@ The join's answer carries the signed pass (``pass_token``, also set as a cookie)
 (``poll_url``, sending the token in the ``Queue-Pass`` header or the cookie): such a poll is answered without the
 database while the pass waits (``waitingroom.selectors.pass_poll``)."""
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -12,12 +13,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from skincare.api import JSONRenderer, authenticated_customer, bearer_customer
+from skincare.api import authenticated_customer, bearer_customer
 from waitingroom import passtoken, schemas, selectors, services
 from waitingroom.exceptions import QueueNotFound, QueuePassInvalid
 from waitingroom.passtoken import SignedPass
 
-RENDERER = JSONRenderer()
+# Compact, not ASCII-escaped, no NaN: as the API's renderer writes a body of strings, numbers, booleans and nulls.
+ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def signed_answer(queue_pass: selectors.PassView, customer_id: int) -> tuple[dict[str, Any], str]:
@@ -52,10 +54,10 @@ def poll_answer(queue_pass: selectors.PassView) -> HttpResponse:
 
 
 def json_answer(body: dict[str, Any]) -> HttpResponse:
-    """A poll's answer, rendered by the API's renderer (the bytes DRF's Response would send) without DRF's content
-    negotiation: a poll is the most frequent request of a queued sale and must cost about what /healthz costs
-    (docs/queue.md#polling)."""
-    return HttpResponse(RENDERER.render(body), content_type=RENDERER.media_type)
+    """A poll's answer: the bytes the API's renderer (``skincare.api.JSONRenderer``) makes of its plain values,
+    without DRF's content negotiation and without building an encoder per answer: a poll is the most frequent
+    request of a queued sale and must cost about what /healthz costs (docs/queue.md#polling)."""
+    return HttpResponse(ENCODER.encode(body).encode(), content_type="application/json")
 
 
 def pass_token_sent(request: HttpRequest, pass_id: int) -> str | None:

@@ -93,12 +93,3 @@ def test_off_when_zero(settings, make_customer):
     for _ in range(2):
         user, queries = lookup(customer.api_token)
         assert user.pk == customer.pk and len(queries) == 1
-
-
-def test_the_remembered_customer_is_the_user_a_keyword_construction_makes(customer):
-    """The customer is built positionally (the fast path): every field in the model's order, as by keyword."""
-    built = selectors._customer(customer.pk, customer.username)
-    by_keyword = type(built)(id=customer.pk, username=customer.username, is_active=True)
-    fields = [f.attname for f in type(built)._meta.concrete_fields if f.attname != "date_joined"]
-    assert {f: getattr(built, f) for f in fields} == {f: getattr(by_keyword, f) for f in fields}
-    assert built.date_joined is not None and not built._state.adding and built.is_authenticated

@@ -8,6 +8,7 @@ from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from skincare.api import JSONRenderer
 from waitingroom import counters, passtoken, selectors, services
 from waitingroom.models import QueuePass
 from waitingroom.testing import admit_now, queue_product, reset_queue_clock, rewind_queue_clock, sale_starts_in
@@ -118,6 +119,7 @@ def test_a_waiting_pass_polls_without_a_statement_while_the_counters_are_fresh(a
     with CaptureQueriesContext(connection) as queries:
         answers = [poll(api, url, token) for _ in range(50)]
     assert [a.json()["state"] for a in answers] == ["waiting"] * 50
+    assert answers[0].content == JSONRenderer().render(answers[0].json())  # the bytes the API's renderer writes
     assert {a.json()["position"] for a in answers} == {21} and {a.json()["ahead"] for a in answers} == {20}
     assert len(queries) == 0, [q["sql"] for q in queries]
 
@@ -151,7 +153,9 @@ def test_admission_and_its_use_stay_exact_in_the_database(api, make_product):
     admit_now(product)
     counters.queue_counters_forget()
 
-    admitted = poll(api, url, token).json()  # at or before the serving counter: read from the database
+    answer = poll(api, url, token)
+    assert answer.content == JSONRenderer().render(answer.json())  # the bytes the API's renderer writes
+    admitted = answer.json()  # at or before the serving counter: read from the database
     assert admitted["state"] == "admitted" and admitted["admitted_until"] is not None
     assert admitted["position"] == 1 and admitted["pass_token"] != token  # re-signed with its new position
 
