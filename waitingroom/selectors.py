@@ -16,7 +16,7 @@ from django.db import connection
 
 from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, SECONDS_TO_START_SQL, STOCK_SUM_SQL
 from skincare.timestamps import utc_z
-from waitingroom.counters import queue_counters
+from waitingroom.counters import placed_position, queue_counters
 from waitingroom.models import PassState
 from waitingroom.passtoken import SignedPass
 
@@ -154,21 +154,27 @@ def pass_get(*, customer_id: int, pass_id: int | None = None, product_id: int | 
 def pass_poll(*, signed: SignedPass) -> PassView | None:
     """A poll with a verified signed pass (``waitingroom.passtoken``): a waiting, placed pass behind its queue's
     serving counter is answered from the pass and this process's queue counters (``waitingroom.counters``, at most
-    QUEUE_COUNTERS_MAX_AGE_SECONDS old): no statement while they are fresh. So is a pass before the opening. The
-    database answers (:func:`pass_get`) a pass the signed copy cannot: not placed yet after the opening (the answer
-    carries a new signed pass with its position), at or before the serving counter (admitted, used or expired:
-    exact, with its ``admitted_until``), or of a queue this process does not know. None: no such pass."""
+    QUEUE_COUNTERS_MAX_AGE_SECONDS old): no statement while they are fresh. So is a pass before the opening. A pass
+    signed before the opening and placed since takes its position from the placements this process read with the
+    counters (the answer carries a new signed pass with it). The database answers (:func:`pass_get`) what neither
+    can: a pass placed since this process's last read (or beyond the placements it holds), one at or before the
+    serving counter (admitted, used or expired: exact, with its ``admitted_until``), or of a queue this process does
+    not know. None: no such pass."""
     counters = queue_counters(product_id=signed.product_id)
     position = signed.position
     if counters is not None:
         to_start = counters.seconds_to_start()
         if position is None and to_start is not None:
             waiting = WAITING if not counters.sold_out() else SOLD_OUT
-            return _pass_view_from_counters(signed, counters.admit_per_second, counters.paused, waiting, to_start)
+            return _pass_view_from_counters(signed, None, counters.admit_per_second, counters.paused, waiting, to_start)
+        if position is None:
+            position = placed_position(product_id=signed.product_id, pass_id=signed.pass_id)
         if position is not None and position > counters.admitted_through:
             ahead = position - counters.admitted_through - 1
             if counters.sold_out():
-                return _pass_view_from_counters(signed, counters.admit_per_second, counters.paused, SOLD_OUT, None)
+                return _pass_view_from_counters(
+                    signed, position, counters.admit_per_second, counters.paused, SOLD_OUT, None
+                )
             pace, paused = counters.admit_per_second, counters.paused
             return PassView(
                 pass_id=signed.pass_id,
@@ -187,7 +193,7 @@ def pass_poll(*, signed: SignedPass) -> PassView | None:
 
 
 def _pass_view_from_counters(
-    signed: SignedPass, pace: int, paused: bool, state: str, to_start: float | None
+    signed: SignedPass, position: int | None, pace: int, paused: bool, state: str, to_start: float | None
 ) -> PassView:
     """A pass before the opening (``to_start``) or sold out, from its signed copy and its queue's counters."""
     waiting = state == WAITING
@@ -195,7 +201,7 @@ def _pass_view_from_counters(
         pass_id=signed.pass_id,
         product_id=signed.product_id,
         state=state,
-        position=signed.position,
+        position=position,
         ahead=None,
         eta_seconds=math.ceil(to_start) if waiting and to_start is not None else None,
         poll_after=poll_before_opening_seconds(seconds_to_start=to_start) if waiting and to_start is not None else None,

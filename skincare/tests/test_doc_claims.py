@@ -17,6 +17,9 @@ the stated value from that block and compares it with what the test measured:
   that has run it before (prepared statements on): the ``Query`` and ``Sync`` messages of a libpq trace.
 - ``saleboard.statements``: the block's first two numbers in bold are the statements one sale-board refresh runs
   inside its REPEATABLE READ transaction, then the statements it runs after it per product shown.
+- ``queue.poll-statements``: the block's first two numbers in bold are the statements a process runs for the first
+  polls with signed passes after an opening (passes signed before it, each polled once, by a process that read
+  nothing since), then the statements of their next polls while the counters are fresh.
 
 And no behaviour sentence escapes: a sentence of README.md or docs/*.md (the benchmark page's measurements aside)
 that counts statements, SELECTs, queries or round trips, or puts the ledger rows first or last, must stand inside a
@@ -39,6 +42,9 @@ from backoffice import saleboard
 from inventory.models import StockBucket
 from payments import checkout
 from skincare.locks import ADVISORY_KEY_SPACES, advisory_key
+from waitingroom import counters, selectors, services
+from waitingroom.passtoken import SignedPass
+from waitingroom.testing import queue_product, reset_queue_clock, sale_starts_in
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -303,6 +309,38 @@ def measured_board(shown: int) -> tuple[int, int]:
     return inside, after
 
 
+def measured_queue_polls(*, product: Any, customers: list[Any]) -> tuple[int, int]:
+    """(statements of the first polls after the opening, statements of the next polls) of ``customers``' passes,
+    joined before the opening, each polled once with what its join signed (no position) and once more with its
+    position (as the re-signed pass carries it)."""
+    queue_product(product, pace=1, starts_in=60)
+    joined = [services.queue_join(customer=c, product_id=product.pk)[0] for c in customers]
+    signed = [SignedPass(p.pass_id, product.pk, c.pk, p.position) for p, c in zip(joined, customers, strict=True)]
+    assert {s.position for s in signed} == {None}
+    sale_starts_in(product, -1)
+    reset_queue_clock(product)
+    assert services.queue_advance(product_id=product.pk).admitted == 0  # everyone placed, nobody admitted
+    counters.queue_counters_forget()
+    first, placed = count_statements(lambda: [selectors.pass_poll(signed=s) for s in signed])
+    assert sorted(p.position for p in placed) == list(range(1, len(customers) + 1))
+    again = [SignedPass(s.pass_id, product.pk, s.customer_id, p.position) for s, p in zip(signed, placed, strict=True)]
+    next_polls, _ = count_statements(lambda: [selectors.pass_poll(signed=s) for s in again])
+    return first, next_polls
+
+
+def count_statements(run: Callable[[], Any]) -> tuple[int, Any]:
+    n = 0
+
+    def count(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal n
+        n += 1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        result = run()
+    return n, result
+
+
 # The comparison of one doc's claims with the measured values.
 
 
@@ -311,6 +349,7 @@ class Measured:
     statements: list[Statement]
     round_trips: int
     board: tuple[int, int]  # inside the transaction, after it per product shown
+    queue_polls: tuple[int, int]  # the first polls after an opening, in all; the next ones
 
 
 def claim_problems(text: str, *, name: str, measured: Measured) -> list[str]:
@@ -344,12 +383,19 @@ def claim_problems(text: str, *, name: str, measured: Measured) -> list[str]:
                     f"{where}: states {says_board} (in the transaction, after it per product), "
                     f"a refresh runs {measured.board}"
                 )
+        elif claim == "queue.poll-statements":
+            says_polls = tuple(stated_bold_numbers(block)[:2])
+            if says_polls != measured.queue_polls:
+                found.append(
+                    f"{where}: states {says_polls} (the first polls after an opening, the next ones), "
+                    f"the polls run {measured.queue_polls}"
+                )
         else:
             found.append(f"{where}: no such claim (one of {', '.join(CLAIMS)})")
     return found
 
 
-CLAIMS = ("checkout.statements", "checkout.round-trips", "saleboard.statements")
+CLAIMS = ("checkout.statements", "checkout.round-trips", "saleboard.statements", "queue.poll-statements")
 
 
 @pytest.fixture
@@ -370,7 +416,13 @@ def measured(make_product, make_customer, tmp_path) -> Measured:
     checkout.checkout(customer=make_customer(), items=[(make_product(stock=5).pk, 1)])
     two = measured_board(shown=2)
     assert one[0] == two[0], (one, two)  # the transaction's statements do not grow with the products
-    return Measured(statements=statements, round_trips=trips, board=(one[0], two[1] - one[1]))
+    # An opening of 40 passes signed before it, then of 80: the first polls cost the same whatever the crowd.
+    polls = [
+        measured_queue_polls(product=make_product(stock=100), customers=[make_customer() for _ in range(n)])
+        for n in (40, 80)
+    ]
+    assert polls[0] == polls[1], polls
+    return Measured(statements=statements, round_trips=trips, board=(one[0], two[1] - one[1]), queue_polls=polls[0])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -431,6 +483,7 @@ TRUE = Measured(
     ],
     round_trips=6,
     board=(6, 1),
+    queue_polls=(2, 0),
 )
 TABLE = f"""<!-- claim: checkout.statements -->
 | # | statement | writes | locks |
@@ -446,7 +499,8 @@ def test_control_a_true_doc_passes() -> None:
     doc = (
         f"# Control\n\n{TABLE}\n"
         "<!-- claim: checkout.round-trips -->\nA checkout is six round trips.\n\n"
-        "<!-- claim: saleboard.statements -->\nA refresh runs **6** statements, then **1** per product.\n"
+        "<!-- claim: saleboard.statements -->\nA refresh runs **6** statements, then **1** per product.\n\n"
+        "<!-- claim: queue.poll-statements -->\nThe first polls run **2** statements in all, then **0** each.\n"
     )
     assert claim_problems(doc, name="docs/control.md", measured=TRUE) == []
     assert unclaimed_sentences(doc, name="docs/control.md") == []
@@ -480,6 +534,7 @@ def test_control_a_true_doc_passes() -> None:
         ),
         ("<!-- claim: checkout.round-trips -->\nA checkout is 4 round trips.\n", "states 4 round trips"),
         ("<!-- claim: saleboard.statements -->\nA refresh runs **4** statements, then **0**.\n", "states (4, 0)"),
+        ("<!-- claim: queue.poll-statements -->\nThe first polls run **1** statement, then **0**.\n", "states (1, 0)"),
         ("<!-- claim: checkout.latency -->\nFast.\n", "no such claim"),
     ],
 )

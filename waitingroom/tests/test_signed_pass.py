@@ -4,10 +4,11 @@ statement while the counters are fresh."""
 
 import pytest
 from django.core import signing
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from skincare.api import JSONRenderer
 from waitingroom import counters, passtoken, selectors, services
 from waitingroom.models import QueuePass
 from waitingroom.testing import admit_now, queue_product, reset_queue_clock, rewind_queue_clock, sale_starts_in
@@ -118,6 +119,7 @@ def test_a_waiting_pass_polls_without_a_statement_while_the_counters_are_fresh(a
     with CaptureQueriesContext(connection) as queries:
         answers = [poll(api, url, token) for _ in range(50)]
     assert [a.json()["state"] for a in answers] == ["waiting"] * 50
+    assert answers[0].content == JSONRenderer().render(answers[0].json())  # the bytes the API's renderer writes
     assert {a.json()["position"] for a in answers} == {21} and {a.json()["ahead"] for a in answers} == {20}
     assert len(queries) == 0, [q["sql"] for q in queries]
 
@@ -126,7 +128,7 @@ def test_control_stale_counters_and_polls_without_the_signed_pass_read_the_datab
     url, token = placed_pass(api, make_product(stock=5))
     poll(api, url, token)
 
-    counters.queue_counters_forget()  # as when QUEUE_COUNTERS_MAX_AGE_SECONDS has passed
+    counters.queue_counters_forget(placements=False)  # as when QUEUE_COUNTERS_MAX_AGE_SECONDS has passed
     with CaptureQueriesContext(connection) as stale:
         poll(api, url, token)
         poll(api, url, token)
@@ -151,7 +153,9 @@ def test_admission_and_its_use_stay_exact_in_the_database(api, make_product):
     admit_now(product)
     counters.queue_counters_forget()
 
-    admitted = poll(api, url, token).json()  # at or before the serving counter: read from the database
+    answer = poll(api, url, token)
+    assert answer.content == JSONRenderer().render(answer.json())  # the bytes the API's renderer writes
+    admitted = answer.json()  # at or before the serving counter: read from the database
     assert admitted["state"] == "admitted" and admitted["admitted_until"] is not None
     assert admitted["position"] == 1 and admitted["pass_token"] != token  # re-signed with its new position
 
@@ -169,3 +173,123 @@ def test_before_the_opening_a_pass_reveals_nothing_of_its_draw(make_customer, ma
     # every answer alike whatever the draw: the position unknown, the next poll at QUEUE_POLL_MAX_SECONDS
     assert {(a["position"], a["ahead"], a["poll_after"]) for a in answers} == {(None, None, 30)}
     assert "draw" not in passtoken.SignedPass.__dataclass_fields__  # nor does the signed pass carry it
+
+
+def pre_opening_passes(product, make_customer, n):
+    """``n`` customers join before the opening; their clients and the passes (poll URL, token with no position)
+    the join signed. Each join authenticated its customer's token, which the process remembers."""
+    queue_product(product, pace=1, starts_in=60)  # an advance within a second of the opening admits nobody
+    clients = [client_for(make_customer()) for _ in range(n)]
+    return clients, [join(client, product) for client in clients]
+
+
+def the_opening(product):
+    """The sale opens and the real advance places everyone in one step (nobody admitted yet)."""
+    sale_starts_in(product, -1)
+    reset_queue_clock(product)
+    assert services.queue_advance(product_id=product.pk).admitted == 0
+
+
+def positions_of(product):
+    return dict(QueuePass.objects.filter(product=product).values_list("id", "position"))
+
+
+@pytest.fixture
+def counters_kept(settings):
+    """Tokens and counters outlive the test (nothing expires halfway through a few hundred polls)."""
+    settings.API_TOKEN_CACHE_SECONDS = 3600
+    settings.QUEUE_COUNTERS_MAX_AGE_SECONDS = 3600
+
+
+def first_polls_after_the_opening(make_customer, make_product, n):
+    product = make_product(stock=n)
+    clients, passes = pre_opening_passes(product, make_customer, n)
+    the_opening(product)
+    counters.queue_counters_forget()  # a process that has read nothing since the opening
+    with CaptureQueriesContext(connection) as queries:
+        answers = [poll(client, url, token).json() for client, (url, token) in zip(clients, passes, strict=True)]
+    return product, answers, len(queries)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_first_polls_after_the_opening_read_the_placements_once_per_process(
+    counters_kept, make_customer, make_product
+):
+    product, answers, statements = first_polls_after_the_opening(make_customer, make_product, 300)
+
+    assert statements <= 2  # the counters, then every placement at once: not one statement per pass
+    database = positions_of(product)
+    assert sorted(database.values()) == list(range(1, 301))
+    assert {a["pass_id"]: a["position"] for a in answers} == database
+    assert {a["state"] for a in answers} == {"waiting"}
+    assert all(a["ahead"] == a["position"] - 1 for a in answers)
+    assert all(passtoken_position(a["pass_token"]) == a["position"] for a in answers)  # re-signed with it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_without_the_placements_every_first_poll_reads_its_pass(
+    counters_kept, make_customer, make_product, monkeypatch
+):
+    monkeypatch.setattr(counters, "PLACEMENTS_HELD", 0)
+    product, answers, statements = first_polls_after_the_opening(make_customer, make_product, 300)
+
+    assert statements == 1 + 300  # the counters, then one read per pass
+    assert {a["pass_id"]: a["position"] for a in answers} == positions_of(product)
+
+
+def passtoken_position(token):
+    return signing.Signer(salt=passtoken.SALT).unsign_object(token)["n"]
+
+
+def test_a_pass_placed_after_the_process_read_the_placements_gets_its_exact_position(
+    counters_kept, make_customer, make_product
+):
+    product = make_product(stock=10)
+    clients, passes = pre_opening_passes(product, make_customer, 3)
+    the_opening(product)
+    assert poll(clients[0], *passes[0]).json()["position"] is not None  # the process reads the placements
+    late = client_for(make_customer())
+    url, token = join(late, product)  # joins after the opening: placed at the next advance, behind the three
+    services.queue_advance(product_id=product.pk)
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = poll(late, url, token).json()
+    assert len(queries) == 1  # not in this process's placements: its pass read from the database
+    assert answer["position"] == positions_of(product)[answer["pass_id"]] == 4
+    assert passtoken_position(answer["pass_token"]) == 4
+    copied = poll(late, *passes[1])  # another customer's pass, whose position this process holds
+    assert (copied.status_code, copied.json()["code"]) == (403, "queue_pass_invalid")
+
+
+def same_answer(fast, drf, status):
+    """The answers of a signed poll (answered without DRF's dispatch) and of the same request through DRF: the same
+    status, body bytes and headers."""
+    assert fast.status_code == drf.status_code == status, (fast.content, drf.content)
+    assert fast.content == drf.content
+    for header in ("Content-Type", "WWW-Authenticate", "Retry-After", "Allow"):
+        assert fast.get(header) == drf.get(header), header
+
+
+def test_a_signed_polls_errors_are_the_apis_errors(api, make_product, monkeypatch):
+    """Each error of a poll with a signed pass is the answer DRF's dispatch gives the same request without the
+    signed pass: no credentials, a malformed or unknown token (401), a pass that is gone (404), an outage (503)."""
+    product = make_product(stock=5)
+    queue_product(product, starts_in=60)
+    url, token = join(api, product)
+    for authorization in (None, "Bearer not-a-token", "Bearer a b"):
+        client = APIClient()
+        if authorization:
+            client.credentials(HTTP_AUTHORIZATION=authorization)
+        same_answer(poll(client, url, token), client.get(url), 401)
+
+    api.cookies.clear()  # the join's cookie is a signed pass too: the DRF path gets none
+    assert poll(api, url, token).status_code == api.get(url).status_code == 200  # control: both paths answer
+    outage = OperationalError("connection refused")
+    monkeypatch.setattr(selectors, "pass_poll", lambda **_: (_ for _ in ()).throw(outage))
+    monkeypatch.setattr(selectors, "pass_get", lambda **_: (_ for _ in ()).throw(outage))
+    same_answer(poll(api, url, token), api.get(url), 503)
+    monkeypatch.undo()
+
+    services.queue_remove(product_id=product.pk)  # the queue and its passes gone
+    counters.queue_counters_forget()
+    same_answer(poll(api, url, token), api.get(url), 404)
