@@ -7,7 +7,7 @@ import logging
 from carts.services import carts_prune
 from payments.idempotency import idempotency_keys_prune
 from payments.services import processed_events_prune
-from skincare.services import rate_limit_counters_prune
+from skincare.services import api_token_invalidations_prune, rate_limit_counters_prune
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +19,7 @@ def retention_prune() -> dict[str, int]:
         "idempotency_keys": idempotency_keys_prune(),
         "processed_events": processed_events_prune(),
         "rate_limit_counters": rate_limit_counters_prune(),
+        "api_token_invalidations": api_token_invalidations_prune(),
     }
     # Nothing pruned (the sweeper loop's usual pass, every few seconds in `make run`) is a debug line.
     level = logging.INFO if any(results.values()) else logging.DEBUG

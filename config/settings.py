@@ -352,9 +352,10 @@ IDEMPOTENCY_MAX_STORED_REFUSALS = env_int("IDEMPOTENCY_MAX_STORED_REFUSALS", 100
 PROCESSED_EVENTS_RETENTION_DAYS = env_int("PROCESSED_EVENTS_RETENTION_DAYS", 30, minimum=1)
 # API tokens expire this many seconds after they are issued; unset = they never expire.
 API_TOKEN_TTL_SECONDS = env_int("API_TOKEN_TTL_SECONDS", 0, minimum=1) or None
-# How long a worker remembers a valid token (no query per request). A revoked token keeps working in OTHER worker
-# processes for at most this long (docs/reliability.md); 0 = look every token up.
-API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 10)
+# The longest a worker remembers a valid token (no query per request). A revocation reaches every worker through
+# the database's feed within about a second; this bounds any memory regardless (docs/reliability.md); 0 = look every
+# token up.
+API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 300)
 
 # Development and tests only (docs/configuration.md)
 # How long a worker remembers a product it saw sold out and refuses it without a query: 250 ms, the measured choice

@@ -1,5 +1,5 @@
 """The foundation's own tables: failed admin logins (the login throttle, skincare.middleware), customer API
-tokens (digests only) and rate-limit counters."""
+tokens (digests only), the feed of their invalidations, and rate-limit counters."""
 
 import hashlib
 
@@ -54,6 +54,24 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"API token #{self.pk} of user {self.user_id}"
+
+
+class ApiTokenInvalidation(models.Model):
+    """One row per token invalidated (revoked, expiry changed, deleted) or user deactivated, written by database
+    triggers (migration 0005), whoever changes the rows: the service, the admin, a shell or raw SQL. Every process
+    reads the recent rows about once a second and forgets the named users' tokens (``skincare.selectors``).
+    ``at`` is the inserting statement's ``clock_timestamp()``; rows are pruned after an hour (retention)."""
+
+    id = models.BigAutoField(primary_key=True)
+    user_id = models.IntegerField()  # not a foreign key: the user may be deleted in the same transaction
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "api_token_invalidations"
+        indexes = [models.Index(fields=["at"], name="api_token_invalidations_at_idx")]
+
+    def __str__(self) -> str:
+        return f"tokens of user {self.user_id} invalidated at {self.at}"
 
 
 class RateLimitCounter(models.Model):

@@ -33,7 +33,7 @@ def api_token_issue(*, user: User, token: str | None = None, ttl_seconds: int | 
 def api_tokens_revoke(*, user: User) -> int:
     """Revoke every token of ``user`` that is not revoked yet (database clock). Returns how many."""
     revoked = ApiToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=Now())
-    # This process stops accepting them at once; other processes within API_TOKEN_CACHE_SECONDS.
+    # This process stops accepting them at once; others on their next read of the feed the triggers write.
     transaction.on_commit(lambda: forget_user(user.pk))
     return revoked
 
@@ -79,6 +79,11 @@ def delete_older_than(*, table: str, column: str, seconds: int, batch_size: int 
         deleted += count
         if count < batch_size:
             return deleted
+
+
+def api_token_invalidations_prune() -> int:
+    """The feed is read over its last minute (``skincare.selectors``): rows older than an hour are history."""
+    return delete_older_than(table="api_token_invalidations", column="at", seconds=3600)
 
 
 def rate_limit_counters_prune() -> int:
