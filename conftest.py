@@ -32,6 +32,18 @@ def _fresh_sold_out_memory():
     counters.queue_counters_forget()
 
 
+@pytest.fixture(autouse=True)
+def _token_feed_read_once(request, monkeypatch):
+    """A process with tokens remembered reads the feed of invalidations once a second (skincare.selectors): in a test
+    that would put a feed read wherever the wall clock crosses a second, inside any count of statements. So each test
+    reads the feed once, at its first authenticated request, and not again; the feed's own tests (marked
+    ``token_feed``) run it with its real interval and their own clock."""
+    from skincare import selectors
+
+    if request.node.get_closest_marker("token_feed") is None:
+        monkeypatch.setattr(selectors, "FEED_INTERVAL_SECONDS", float("inf"))
+
+
 @pytest.fixture
 def inventory_strategy():
     """The strategy ``make_product`` gives new products. Concurrency test modules override this fixture with one

@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from skincare import selectors, services
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.token_feed]
 
 
 class FakeClock:

@@ -21,7 +21,7 @@ from devtools.testing import ThreadRun
 from skincare import selectors, services
 from skincare.models import ApiToken, ApiTokenInvalidation
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.token_feed]
 
 NOTHING_SQL = "SELECT id, user_id FROM api_token_invalidations WHERE false AND at > now() - make_interval(secs => %s)"
 
