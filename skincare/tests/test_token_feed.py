@@ -20,20 +20,11 @@ from django.test.utils import CaptureQueriesContext
 from devtools.testing import ThreadRun
 from skincare import selectors, services
 from skincare.models import ApiToken, ApiTokenInvalidation
+from skincare.tests.test_token_cache import FakeClock
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.token_feed]
 
 NOTHING_SQL = "SELECT id, user_id FROM api_token_invalidations WHERE false AND at > now() - make_interval(secs => %s)"
-
-
-class FakeClock:
-    """Test-only: this process's monotonic clock, moved by hand (the database's clock still decides expiry)."""
-
-    def __init__(self):
-        self.now = 5000.0
-
-    def __call__(self):
-        return self.now
 
 
 @pytest.fixture
