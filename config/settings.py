@@ -322,12 +322,18 @@ MAX_OPEN_CARTS_PER_CUSTOMER = env_int("MAX_OPEN_CARTS_PER_CUSTOMER", 10)
 # poll_after.
 QUEUE_MAX_BURST_SECONDS = env_int("QUEUE_MAX_BURST_SECONDS", 2, minimum=1)
 QUEUE_POLL_MIN_SECONDS = env_int("QUEUE_POLL_MIN_SECONDS", 1, minimum=1)
-QUEUE_POLL_MAX_SECONDS = env_int("QUEUE_POLL_MAX_SECONDS", 30, minimum=1)
 # How old each process's copy of the queues' counters may be (one read per process per this many seconds, not per
 # poll; waitingroom/counters.py).
 QUEUE_COUNTERS_MAX_AGE_SECONDS = env_int("QUEUE_COUNTERS_MAX_AGE_SECONDS", 1)
 # A client told poll_after = P_max sees an admission granted right after its poll at most P_max + the counters' age
-# + P_min later: that must leave at least half the admission's TTL to check out.
+# + P_min later: that must leave at least half the admission's TTL to check out. The default is the longest P_max
+# that rule allows (58 s with the default TTL): far passes, which are most of a large crowd, poll as rarely as the
+# admission's promise permits (docs/queue.md#polling).
+QUEUE_POLL_MAX_SECONDS = env_int(
+    "QUEUE_POLL_MAX_SECONDS",
+    ADMISSION_TTL_SECONDS // 2 - QUEUE_COUNTERS_MAX_AGE_SECONDS - QUEUE_POLL_MIN_SECONDS,
+    minimum=1,
+)
 if not (
     QUEUE_POLL_MIN_SECONDS <= QUEUE_POLL_MAX_SECONDS
     and 2 * (QUEUE_POLL_MAX_SECONDS + QUEUE_COUNTERS_MAX_AGE_SECONDS + QUEUE_POLL_MIN_SECONDS) <= ADMISSION_TTL_SECONDS

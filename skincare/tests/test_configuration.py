@@ -89,3 +89,12 @@ def test_control_the_same_settings_without_the_bad_value_start(monkeypatch: pyte
     values = _settings(monkeypatch, ACCESS_LOG="true", LOG_FORMAT="json", SOLD_OUT_CACHE_MS="0")
     assert values["ACCESS_LOG"] is True
     assert values["SOLD_OUT_CACHE_MS"] == 0
+
+
+def test_the_longest_poll_is_the_longest_the_admissions_ttl_allows(monkeypatch: pytest.MonkeyPatch):
+    """Unset, QUEUE_POLL_MAX_SECONDS is half the admission's TTL less the counters' age and the shortest poll, so a
+    client obeying poll_after learns of an admission with half its TTL left; a shorter TTL shortens it."""
+    assert _settings(monkeypatch)["QUEUE_POLL_MAX_SECONDS"] == 120 // 2 - 1 - 1
+    assert _settings(monkeypatch, ADMISSION_TTL_SECONDS="60")["QUEUE_POLL_MAX_SECONDS"] == 28
+    with pytest.raises(ImproperlyConfigured, match="at most half ADMISSION_TTL_SECONDS"):
+        _settings(monkeypatch, ADMISSION_TTL_SECONDS="120", QUEUE_POLL_MAX_SECONDS="59")
