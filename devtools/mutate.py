@@ -142,7 +142,10 @@ MUTATIONS = [
         "order_cancel",
         "@retry_transient",
         "",
-        ("payments/tests/test_faults.py::test_lock_timeout_on_cancel_is_503_busy_and_writes_nothing",),
+        (
+            "payments/tests/test_faults.py::test_a_deadlocked_cancel_is_retried_and_succeeds",
+            "payments/tests/test_faults.py::test_lock_timeout_on_cancel_is_503_busy_and_writes_nothing",
+        ),
     ),
     Mutation(
         "no-retry-sweeper",

@@ -183,6 +183,29 @@ def test_a_deadlocked_checkout_is_retried_and_succeeds(make_product, customer, c
     assert_invariants()
 
 
+def test_a_deadlocked_cancel_is_retried_and_succeeds(make_product, customer, caplog):
+    """Another transaction holds product b's stock row and then asks for product a's, while the cancel holds a's
+    and waits for b's: PostgreSQL kills the cancel (it waited first). retry_transient runs the whole cancel again
+    once the other transaction is gone: the customer gets their cancel, not an error."""
+    a, b = make_product(stock=5), make_product(stock=5)
+    order = place_order(customer=customer, items=[(a.pk, 1), (b.pk, 1)])
+    caplog.set_level(logging.INFO, logger="skincare.db")
+
+    with transaction.atomic():
+        list(StockBucket.objects.select_for_update(no_key=True).filter(product=b))
+        run = ThreadRun(lambda: client_for(customer).post(f"/v1/orders/{order.pk}/cancel"))
+        wait_for_lock_waiters(1)  # the cancel holds a and waits for b
+        list(StockBucket.objects.select_for_update(no_key=True).filter(product=a))  # the cycle; the cancel dies
+    outcome = run.join()
+
+    assert outcome.error is None, repr(outcome.error)
+    assert outcome.value.status_code == 200, outcome.value.content
+    assert any("retrying after 40P01" in r.getMessage() for r in caplog.records if r.name == "skincare.db")
+    assert Order.objects.get(pk=order.pk).status == "cancelled"
+    assert stock(a) == stock(b) == (5, 0)
+    assert_invariants()
+
+
 @retry_transient
 @transaction.atomic
 def bump_version_at_repeatable_read(*, product_id, attempts, read_done, other_committed):
