@@ -8,7 +8,8 @@
     python -m bench crowd      # make loadtest-wait: 50,000 waiting buyers, light client (bench.waitline, bench.crowd)
 
 ``table``, ``http`` and ``pgbench`` seed a fresh benchmark database (skincare_bench) and take ``--rounds``,
-``--duration`` (seconds per cell) and ``--connections`` (wrk connections and pgbench clients).
+``--duration`` (seconds per cell) and ``--connections`` (wrk connections and pgbench clients); ``--only`` runs the
+rows whose label contains a text (with their baselines) and prints them, leaving docs/benchmarks.md alone.
 """
 
 import argparse
@@ -41,17 +42,24 @@ def measure(command: str, argv: Sequence[str]) -> int:
     parser.add_argument("--duration", type=int, default=5, help="seconds per cell (5)")
     parser.add_argument("--connections", type=int, default=16, help="wrk connections and pgbench clients (16)")
     parser.add_argument("--no-docs", action="store_true", help="table: print it, leave docs/benchmarks.md alone")
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="TEXT", help="only the rows containing TEXT, and their baselines"
+    )
     args = parser.parse_args(argv)
+    wanted = [c for c in cells.CELLS if command == "table" or (command == "http") == bool(c.server)]
+    if args.only:
+        wanted = cells.only(wanted, args.only)
+        if not wanted:
+            parser.error(f"no {command} row contains {' or '.join(map(repr, args.only))}")
     ensure_tools()
     started = time.monotonic()
     url = server_url("skincare_bench")
     tokens_file, customer_id = seed(url)
     ctx = cells.Context(url, tokens_file, customer_id, service_statements(url), args.duration, args.connections)
-    wanted = [c for c in cells.CELLS if command == "table" or (command == "http") == bool(c.server)]
     log(f"{len(wanted)} cells x {args.rounds} rounds, {args.duration} s each, {args.connections} connections")
     results = cells.run_rounds(ctx, wanted, args.rounds)
     rows = table.summarise(results, {c.row: c.baseline for c in wanted})
-    if command == "table":
+    if command == "table" and not args.only:
         log("in-process Python CPU per request (bench.cpu)")
         rows += cpu.rows(cpu.run_worker(ROOT, url, rounds=7, requests=300, warmup=50))
     (RESULTS / f"bench-{command}.json").write_text(json.dumps({"cells": results, "rows": rows}, indent=2))
@@ -62,7 +70,7 @@ def measure(command: str, argv: Sequence[str]) -> int:
     )
     block = table.markdown(rows, table.header(table.machine(), table.server_settings(url), run))
     print("\n" + block)
-    if command == "table" and not args.no_docs:
+    if command == "table" and not args.no_docs and not args.only:
         table.write_block(block)
         log(f"wrote the results table of {table.DOCS.relative_to(ROOT)}")
     return 1 if any(row["errors"] or not row["audit_clean"] for row in rows) else 0

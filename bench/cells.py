@@ -37,6 +37,7 @@ class Cell:
 
 
 HEALTHZ, PRODUCT, SOLD_OUT = "HTTP GET /healthz", "HTTP product GET", "HTTP sold-out checkout (409)"
+POLL, POLL_UNSIGNED = "HTTP queue poll, signed pass", "HTTP queue poll, no signed pass"
 HOT, SPREAD = "HTTP checkout, hot product", "HTTP checkout, spread over 1,000 products"
 FLOOR_HOT, FLOOR_SPREAD = "HTTP framework floor, hot", "HTTP framework floor, spread"
 SEED_HOT, SEED_SPREAD = "pgbench, the seed's transaction, hot", "pgbench, the seed's transaction, spread"
@@ -57,6 +58,8 @@ CELLS = [
     Cell(HEALTHZ, None, "service", "healthz"),
     Cell(PRODUCT, HEALTHZ, "service", "product"),
     Cell(SOLD_OUT, HEALTHZ, "service", "soldout"),
+    Cell(POLL, HEALTHZ, "service", "queue_poll"),  # a waiting pass's poll, answered from the signed pass
+    Cell(POLL_UNSIGNED, HEALTHZ, "service", "queue_poll_unsigned"),  # the same poll read from the database
     Cell(HOT, FLOOR_HOT, "service", "hot"),
     Cell(SPREAD, FLOOR_SPREAD, "service", "spread"),
     Cell(FLOOR_HOT, SEED_HOT, "floor", "hot"),
@@ -139,6 +142,13 @@ def audit(url: str) -> bool:
     if proc.returncode != 0:
         print(proc.stdout[-3000:] + proc.stderr[-3000:], flush=True)
     return proc.returncode == 0
+
+
+def only(cells: list[Cell], texts: list[str]) -> list[Cell]:
+    """The cells whose row contains one of ``texts``, and their baselines, in order (``python -m bench ... --only``)."""
+    chosen = {c.row for c in cells if any(text in c.row for text in texts)}
+    chosen |= {c.baseline for c in cells if c.row in chosen and c.baseline}
+    return [c for c in cells if c.row in chosen]
 
 
 def groups(cells: list[Cell]) -> list[tuple[str, list[Cell]]]:

@@ -14,20 +14,26 @@ from pathlib import Path
 from typing import Any
 
 from bench.sampling import wait_sampling
-from bench.seeding import HOT, SOLD_OUT, SPREAD_COUNT, SPREAD_FIRST
+from bench.seeding import HOT, QUEUE_PASSES, SOLD_OUT, SPREAD_COUNT, SPREAD_FIRST
 from devtools.processes import ROOT
 
-MODES = ("hot", "spread", "multi", "soldout", "healthz", "product")
-# What a cell counts per second: the answer each mode exists to produce.
-COUNTED = {"soldout": "s409", "healthz": "s2xx", "product": "s2xx"}  # the checkouts: s201
+MODES = ("hot", "spread", "multi", "soldout", "healthz", "product", "queue_poll", "queue_poll_unsigned")
+# What a cell counts per second: the answer each mode exists to produce (the queue polls: a 200 with a waiting pass).
+COUNTED = {  # the checkouts: s201
+    "soldout": "s409",
+    "healthz": "s2xx",
+    "product": "s2xx",
+    "queue_poll": "swaiting",
+    "queue_poll_unsigned": "swaiting",
+}
 
 
 def wrk_command(base: str, *, duration: int, connections: int) -> list[str]:
     return ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "10s", "-s", "bench/checkout.lua", base]
 
 
-def wrk_env(mode: str, tokens_file: Path) -> dict[str, str]:
-    """The environment bench/checkout.lua reads: the mode, the tokens file, the product ids."""
+def wrk_env(mode: str, tokens_file: Path, passes_file: Path = QUEUE_PASSES) -> dict[str, str]:
+    """The environment bench/checkout.lua reads: the mode, the tokens file, the product ids, the waiting passes."""
     if mode not in MODES:
         raise ValueError(f"unknown wrk mode {mode!r}; choose from {', '.join(MODES)}")
     return dict(
@@ -37,13 +43,14 @@ def wrk_env(mode: str, tokens_file: Path) -> dict[str, str]:
         BENCH_PRODUCT=str(SOLD_OUT if mode == "soldout" else HOT),
         BENCH_SPREAD_FIRST=str(SPREAD_FIRST),
         BENCH_SPREAD_COUNT=str(SPREAD_COUNT),
+        BENCH_PASSES=str(passes_file),
     )
 
 
 def parse_wrk(out: str, mode: str) -> dict[str, Any]:
     """wrk's output (the ``BENCH_JSON`` line bench/checkout.lua prints) as one cell: the counted answers per second,
-    all requests per second, p50/p99 in ms, the answers that should not happen (``errors``: 5xx, socket errors and,
-    for the checkouts, any status but 201/409)."""
+    all requests per second, p50/p99 in ms, the answers that should not happen (``errors``: 5xx, socket errors,
+    for the checkouts any status but 201/409, for the queue polls anything but a 200 with a waiting pass)."""
     match = re.search(r"BENCH_JSON (\{.*\})", out)
     if not match:
         raise ValueError(f"no BENCH_JSON line in wrk's output:\n{out}")
@@ -65,13 +72,26 @@ def parse_wrk(out: str, mode: str) -> dict[str, Any]:
 
 
 def run_wrk(
-    base: str, mode: str, *, duration: int, connections: int, tokens_file: Path, workers: Iterable[int] = ()
+    base: str,
+    mode: str,
+    *,
+    duration: int,
+    connections: int,
+    tokens_file: Path,
+    workers: Iterable[int] = (),
+    passes_file: Path = QUEUE_PASSES,
 ) -> dict[str, Any]:
     """One wrk run of ``mode`` against ``base``: ``parse_wrk``'s cell plus the CPU read over it (``workers``: the
-    gunicorn worker pids), per request: Python (the workers) and PostgreSQL (every server process), in ms."""
+    gunicorn worker pids), per request: Python (the workers) and PostgreSQL (every server process), in ms. The queue
+    polls send the waiting passes of ``passes_file`` (the seed's)."""
     cmd = wrk_command(base, duration=duration, connections=connections)
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=wrk_env(mode, tokens_file), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd,
+        cwd=ROOT,
+        env=wrk_env(mode, tokens_file, passes_file),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     resources = wait_sampling(proc, workers)
     assert proc.stdout is not None

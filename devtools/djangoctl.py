@@ -3,6 +3,7 @@
     python -m devtools.djangoctl tokens COUNT PREFIX OUT.json     # issue_token for COUNT customers
     python -m devtools.djangoctl seed-spread FIRST COUNT STOCK      # COUNT products FIRST.. through product_create
     python -m devtools.djangoctl seed-product ID STOCK              # one product (e.g. a sold-out SKU, STOCK 0)
+    python -m devtools.djangoctl queue-passes ID STOCK PREFIX TOKENS.json OUT.txt  # a waiting pass per customer
     python -m devtools.djangoctl flash-sale-check --product 101 --since-order-id N --stock S [--client-created C]
 
 Every stock change goes through ``inventory.services`` so the ledger stays consistent.
@@ -64,6 +65,41 @@ def seed_spread(first: int, count: int, stock: int) -> None:
     print(f"{created} products created ({count - created} already there), ids {first}..{first + count - 1}")
 
 
+def queue_passes(product_id: int, stock: int, prefix: str, tokens_json: str, out: str) -> None:
+    """Product ``product_id`` (created with ``stock`` if needed) sold through a fresh queue that is paused, and a
+    placed pass for each customer of TOKENS.json (``tokens``' file: the i-th token is PREFIX-<i>'s), written to OUT
+    one a line: ``<customer token> <pass id> <signed pass>``. Paused, because a paused queue admits nobody whatever
+    runs its advance (docs/queue.md): every pass stays waiting, with its position, for as long as the queue exists,
+    and every poll of one is answered 200 ``waiting``, with or without its signed pass."""
+    from django.contrib.auth import get_user_model
+
+    from waitingroom import passtoken, selectors, services
+
+    with open(tokens_json) as fh:
+        tokens = json.load(fh)
+    names = [f"{prefix}-{i:05d}" for i in range(len(tokens))]
+    customers = get_user_model().objects.in_bulk(names, field_name="username")
+    seed_product(product_id, stock)
+    services.queue_reset(product_id=product_id)
+    services.queue_pause(product_id=product_id, paused=True)
+    for name in names:
+        services.queue_join(customer=customers[name], product_id=product_id)
+    services.queue_advance(product_id=product_id)  # places every pass; paused: admits none
+    lines = []
+    for token, name in zip(tokens, names, strict=True):
+        customer_id = customers[name].pk
+        queue_pass = selectors.pass_get(customer_id=customer_id, product_id=product_id)
+        if queue_pass is None or queue_pass.state != selectors.WAITING or queue_pass.position is None:
+            raise SystemExit(f"{name}'s pass of product {product_id} is not waiting in place: {queue_pass}")
+        signed = passtoken.SignedPass(
+            pass_id=queue_pass.pass_id, product_id=product_id, customer_id=customer_id, position=queue_pass.position
+        )
+        lines.append(f"{token} {queue_pass.pass_id} {passtoken.pass_sign(signed)}\n")
+    with open(out, "w") as fh:
+        fh.writelines(lines)
+    print(f"{len(lines)} waiting passes of product {product_id} written to {out}")
+
+
 def flash_sale_check(product: int, since_order_id: int, stock: int, client_created: int | None) -> bool:
     """Units held (reserved or sold) for ``product`` by orders opened since the setup must not exceed the stock."""
     from django.db import connection
@@ -122,6 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("id", type=int)
     p.add_argument("stock", type=int)
     p.add_argument("--name")
+    p = sub.add_parser("queue-passes")
+    p.add_argument("id", type=int)
+    p.add_argument("stock", type=int)
+    p.add_argument("prefix")
+    p.add_argument("tokens")
+    p.add_argument("out")
     p = sub.add_parser("flash-sale-check")
     p.add_argument("--product", type=int, default=101)
     p.add_argument("--since-order-id", type=int, required=True)
@@ -135,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed_spread(args.first, args.count, args.stock)
     elif args.cmd == "seed-product":
         print("created" if seed_product(args.id, args.stock, args.name) else "already there")
+    elif args.cmd == "queue-passes":
+        queue_passes(args.id, args.stock, args.prefix, args.tokens, args.out)
     else:
         return 0 if flash_sale_check(args.product, args.since_order_id, args.stock, args.client_created) else 1
     return 0

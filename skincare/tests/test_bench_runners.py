@@ -22,7 +22,7 @@ from orders.models import Order
 def _wrk_out(**counts: int) -> str:
     raw = {"requests": 100, "duration_us": 2_000_000, "connect_errors": 0, "read_errors": 0, "write_errors": 0,
            "timeouts": 0, "status_errors": 0, "s201": 0, "s409": 0, "s2xx": 0, "s4xx": 0, "s5xx": 0, "sother": 0,
-           "p50_us": 1500, "p95_us": 4000, "p99_us": 9000, "max_us": 12000, "mean_us": 2000} | counts  # fmt: skip
+           "swaiting": 0, "p50_us": 1500, "p95_us": 4000, "p99_us": 9000, "max_us": 12000, "mean_us": 2000} | counts  # fmt: skip
     return "Running 2s test @ http://127.0.0.1:1\n  1 threads and 16 connections\nBENCH_JSON " + json.dumps(raw) + "\n"
 
 
@@ -39,6 +39,12 @@ def test_the_sold_out_cell_counts_409s_and_the_gets_count_2xx():
     for mode in ("product", "healthz"):
         cell = parse_wrk(_wrk_out(s2xx=96, s4xx=4), mode)
         assert (cell["per_s"], cell["errors"]) == (48.0, 4)
+
+
+def test_the_queue_polls_count_200s_with_a_waiting_pass_and_call_anything_else_an_error():
+    for mode in ("queue_poll", "queue_poll_unsigned"):
+        cell = parse_wrk(_wrk_out(s2xx=95, swaiting=90, s4xx=5), mode)  # 5 refused, 5 answered but not waiting
+        assert (cell["per_s"], cell["errors"]) == (45.0, 10)
 
 
 def test_wrk_output_without_the_scripts_line_is_an_error():
@@ -159,6 +165,16 @@ def test_every_baseline_is_a_row_of_the_same_run_and_each_row_runs_on_one_thing(
     groups = cells.groups(cells.CELLS)
     assert [c for _key, members in groups for c in members] == cells.CELLS
     assert len({key for key, _ in groups}) == len(groups)  # each server started once per round
+
+
+def test_only_runs_the_rows_naming_a_text_with_their_baselines():
+    http = [cell for cell in cells.CELLS if cell.server]
+
+    assert [cell.row for cell in cells.only(http, ["queue poll"])] == [cells.HEALTHZ, cells.POLL, cells.POLL_UNSIGNED]
+    assert [cell.row for cell in cells.only(http, ["no signed pass", "product GET"])] == [
+        cells.HEALTHZ, cells.PRODUCT, cells.POLL_UNSIGNED
+    ]  # fmt: skip
+    assert cells.only(http, ["pgbench"]) == []
 
 
 def _post(body: object) -> object:
