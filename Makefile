@@ -20,7 +20,7 @@ export DJANGO_ENV
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps haproxy-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue loadtest-wait
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps haproxy-deps wrk-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue loadtest-wait
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
@@ -116,7 +116,7 @@ UNPREPARED_SUITES := payments/tests/test_checkout_race.py inventory/tests/test_s
 	payments/tests/test_faults.py inventory/tests/test_buckets.py carts/tests/test_cart_races.py \
 	skincare/tests/test_prepared_statements.py inventory/tests/test_stale_quote.py
 
-test: db lint browser-deps pgbouncer-deps prometheus-deps haproxy-deps
+test: db lint browser-deps pgbouncer-deps prometheus-deps haproxy-deps wrk-deps
 	@deselect=""; \
 	if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 		if [ -n "$$CI" ]; then echo "CI: chromium/chromedriver are required for the ops browser test and could not be installed"; exit 1; fi; \
@@ -137,6 +137,11 @@ test: db lint browser-deps pgbouncer-deps prometheus-deps haproxy-deps
 		if [ -n "$$CI" ]; then echo "CI: haproxy is required for the load balancer's configuration test and could not be installed"; exit 1; fi; \
 		echo "WARNING: haproxy not found, the load balancer's configuration test is NOT run (apt-get install haproxy)"; \
 		deselect="$${deselect:+$$deselect and }not haproxy"; \
+	fi; \
+	if ! command -v wrk >/dev/null 2>&1; then \
+		if [ -n "$$CI" ]; then echo "CI: wrk is required for the benchmark's HTTP cell test and could not be installed"; exit 1; fi; \
+		echo "WARNING: wrk not found, the benchmark's HTTP cell test is NOT run (apt-get install wrk)"; \
+		deselect="$${deselect:+$$deselect and }not wrk"; \
 	fi; \
 	if [ -n "$$deselect" ]; then $(PY) -m pytest -m "$$deselect" $(PYTEST_ARGS); else $(PY) -m pytest $(PYTEST_ARGS); fi && \
 	echo "the race, strategy and fault suites again without server-side prepared statements (DB_PREPARED_STATEMENTS=false)" && \
@@ -160,12 +165,21 @@ loadtest-wait: demo
 
 # Every cell of the benchmark on a fresh database, the one results table written into docs/benchmarks.md (about
 # 8 minutes on two cores).
-bench: demo
+bench: demo wrk-deps
 	$(PY) -m bench table
 
 # Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
 mutate: db
 	$(PY) -m devtools.mutate $(MUTATIONS)
+
+# wrk, the HTTP load generator of `make bench` (and of its cells' test), installed here as root like pgbouncer.
+wrk-deps:
+	@if ! command -v wrk >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing wrk"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+		fi; \
+	fi
 
 # HAProxy for `make loadtest`, `make scaleout` and `make deploy-rehearsal` (Debian's haproxy 2.6), installed here as
 # root like pgbouncer. Fails loudly when it cannot be had.

@@ -16,6 +16,8 @@ from skincare.tests.test_metrics import _url as database_url_for_children
 from waitingroom import services
 from waitingroom.testing import admit_now
 
+pytestmark = pytest.mark.wrk
+
 PREFIX = "poll-bench"
 
 
