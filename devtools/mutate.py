@@ -88,7 +88,7 @@ MUTATIONS = [
         "no-retry-checkout",
         "retry_transient removed from checkout",
         "payments/checkout.py",
-        "checkout",
+        "checkout_transaction",
         "@retry_transient",
         "",
         (
