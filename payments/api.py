@@ -85,10 +85,10 @@ JSON_CONTENT_TYPE = JSONParser.media_type
 def remembered_sold_out(request: HttpRequest) -> StockConflict | None:
     """The refusal of a ``POST /v1/checkout`` that passes every check before the sold-out memory and asks for a
     product this worker remembers sold out (``payments.checkout.refuse_remembered_short``); None for every other
-    request, which DRF's dispatch answers, refusals included. The checks are the view's, in its order:
-    authentication (``skincare.api.bearer_customer``, as ``BearerTokenAuthentication`` and ``IsAuthenticated``),
-    the body (``skincare.api.JSONParser``, ``skincare.validation.checkout_items``), too many units
-    (``payments.checkout.merge_quantities``), then the memory. Asked only while the memory holds a product, without
+    request, which DRF's dispatch answers, refusals included. The checks are the view's: authentication
+    (``skincare.api.bearer_customer``, as ``BearerTokenAuthentication`` and ``IsAuthenticated``), the body
+    (``skincare.api.JSONParser``, ``skincare.validation.checkout_items``), too many units
+    (``payments.checkout.merge_quantities``) and the memory. Asked only while the memory holds a product, without
     an ``Idempotency-Key`` (a keyed checkout is answered as its key's answer was stored, never from the memory), and
     with the rate limit off (it counts before the memory, in the database, once per checkout)."""
     if (
@@ -100,12 +100,15 @@ def remembered_sold_out(request: HttpRequest) -> StockConflict | None:
     ):
         return None
     try:
-        bearer_customer(request)
         data = JSONParser().parse(io.BytesIO(request.body), JSON_CONTENT_TYPE, {})
-        items = validation.checkout_items(data, max_items=settings.CHECKOUT_MAX_ITEMS)
-        checkout.refuse_remembered_short(checkout.merge_quantities(items))
-    except StockConflict as refusal:
-        return refusal
+        quantities = checkout.merge_quantities(validation.checkout_items(data, max_items=settings.CHECKOUT_MAX_ITEMS))
+        try:
+            checkout.refuse_remembered_short(quantities)
+        except StockConflict as refusal:
+            # Authenticated last here (first in DRF's dispatch): this answer is given only once every check passed,
+            # so it is the view's; a checkout the memory lets through costs no authentication twice.
+            bearer_customer(request)
+            return refusal
     except Exception:  # any other refusal (or an outage): DRF's dispatch answers it, as always
         return None
     return None
@@ -122,8 +125,8 @@ class CheckoutEndpoint(OutcomeCountingMixin, APIView):
 
 class CheckoutApi(CheckoutEndpoint):
     """``POST /v1/checkout``. A checkout that a product this worker remembers sold out refuses, the most frequent
-    request of a sold-out flood, is answered before DRF's dispatch (:func:`remembered_sold_out`): the same checks, in
-    the same order, by the same functions, and the same bytes as DRF's answer (``skincare.api.JSONRenderer``, the
+    request of a sold-out flood, is answered before DRF's dispatch (:func:`remembered_sold_out`): the same checks by
+    the same functions (an answer only when every one passed), and the same bytes as DRF's answer (``skincare.api.JSONRenderer``, the
     ``Allow`` header DRF's dispatch sets), counted on ``/metrics`` like any other answer."""
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
