@@ -88,7 +88,7 @@ MUTATIONS = [
         "no-retry-checkout",
         "retry_transient removed from checkout",
         "payments/checkout.py",
-        "checkout",
+        "checkout_transaction",
         "@retry_transient",
         "",
         (
@@ -270,6 +270,27 @@ MUTATIONS = [
         "return min(max(settings.SOLD_OUT_CACHE_MS, 0) / 1000, MAX_WINDOW_SECONDS)",
         "return max(settings.SOLD_OUT_CACHE_MS, 0) / 1000",
         ("inventory/tests/test_soldout_memory.py::test_the_window_is_never_longer_than_250_ms",),
+    ),
+    Mutation(
+        "remembered-sold-out-keyed",
+        "a keyed checkout of a product remembered sold out is answered from the memory, not as its key's answer",
+        "payments/api.py",
+        "remembered_sold_out",
+        "or IDEMPOTENCY_KEY_META in request.META",
+        "",
+        (
+            "payments/tests/test_soldout_refusal.py::"
+            "test_a_keyed_replay_of_a_bought_key_gets_its_201_while_the_product_is_remembered_sold_out",
+        ),
+    ),
+    Mutation(
+        "remembered-sold-out-before-rate-limit",
+        "a checkout of a product remembered sold out is refused before the rate limit counts it",
+        "payments/api.py",
+        "remembered_sold_out",
+        "or settings.CHECKOUT_RATE_LIMIT",
+        "",
+        ("payments/tests/test_soldout_refusal.py::test_every_check_before_the_memory_still_answers_first",),
     ),
     Mutation(
         "nowait-waits",

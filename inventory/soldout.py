@@ -44,6 +44,11 @@ def remember_short(product_id: int, *, available_at_most: int) -> None:
     _short[product_id] = (clock() + window, max(available_at_most, 0))
 
 
+def remembers_any() -> bool:
+    """Whether this process remembers any product (an expired one too, until a checkout asks about it)."""
+    return bool(_short)
+
+
 def known_short(quantities: Mapping[int, int]) -> list[int]:
     """Products of the cart that were seen short of the asked quantity within the window (ascending ids)."""
     if not _short:

@@ -11,8 +11,10 @@ The checkout after the API view (``payments/api.py``), for ``POST /v1/checkout``
 :func:`checkout` runs the two in one ``@retry_transient @atomic_refusals_commit`` transaction (``skincare.db``: the
 transaction restarted on its one restart signal, timeouts → 503; a refusal decided before anything was written ends
 the transaction with COMMIT, which leaves the database as ROLLBACK would and keeps the connection's prepared
-statements). Under an ``Idempotency-Key`` the same phases run inside ``payments.idempotency.run_keyed_checkout``;
-the rate limit is ``payments.ratelimit``.
+statements); the checks that make no statement (steps 3 and 4 below) come first, outside it, so a product
+remembered sold out is refused without entering the transaction or its runner. Under an ``Idempotency-Key`` the same
+phases run inside ``payments.idempotency.run_keyed_checkout`` (steps 3 and 4 after the key's claim, so a key is
+answered as it was stored); the rate limit is ``payments.ratelimit``.
 
 A checkout checks in this order; a refusal rolls back whatever the checkout wrote (the whole transaction, or under a
 key everything after the key's claim, and the refusal is stored as the key's answer instead). A refusal of an
@@ -168,18 +170,36 @@ def merge_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
     return quantities
 
 
-@retry_transient
-@atomic_refusals_commit
 def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
     """Place a ``pending_payment`` order for ``items`` ((product_id, qty) pairs) and reserve its stock until its
     deadline (``now() + RESERVATION_TTL_SECONDS`` by the database clock): :func:`order_open`, then
-    :func:`order_stock_reserve`, in one transaction.
+    :func:`order_stock_reserve`, in one transaction (:func:`checkout_transaction`).
+
+    Steps 3 and 4 of the module docstring's checks make no statement, so they are decided here, before the
+    transaction and its runner: a product remembered sold out is refused without entering either.
 
     Raises InvalidInput (400), InvalidProduct (422), StockConflict, LockBusy, PurchaseLimitExceeded,
     TooManyPendingOrders, SaleNotStarted (409), SaleEnded (410); ``retry_transient`` turns lock timeouts into
     ServiceBusy (503).
     """
+    quantities = merge_quantities(items)
+    refuse_remembered_short(quantities)
+    return checkout_transaction(customer=customer, items=quantities.items())
+
+
+@retry_transient
+@atomic_refusals_commit
+def checkout_transaction(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
+    """The transaction of :func:`checkout`: :func:`order_open`, then :func:`order_stock_reserve`."""
     return order_stock_reserve(opened=order_open(customer=customer, items=items))
+
+
+def refuse_remembered_short(quantities: dict[int, int]) -> None:
+    """Step 4 of the module docstring's checks: a product this worker saw short of the asked quantity within the
+    sold-out memory's window is refused (409 ``stock_conflict``) without a statement (``inventory.soldout``)."""
+    remembered = soldout.known_short(quantities)
+    if remembered:
+        raise StockConflict(product_ids=remembered)
 
 
 class OpenOrder(NamedTuple):
@@ -203,11 +223,11 @@ def order_open(*, customer: User, items: Iterable[tuple[int, int]]) -> OpenOrder
 
 
 def _read_quotes(*, customer: User, quantities: dict[int, int]) -> dict[int, Quote]:
-    """Steps 4 and 5 of the module docstring's checks, first half: the sold-out memory (no statement), then
-    :data:`QUOTES_SQL` (which takes the customer's checkout lock); an unknown or inactive product is refused."""
-    remembered = soldout.known_short(quantities)
-    if remembered:
-        raise StockConflict(product_ids=remembered)
+    """Steps 4 and 5 of the module docstring's checks, first half: the sold-out memory
+    (:func:`refuse_remembered_short`, no statement; a checkout without a key or a cart asked it before its
+    transaction), then :data:`QUOTES_SQL` (which takes the customer's checkout lock); an unknown or inactive product
+    is refused."""
+    refuse_remembered_short(quantities)
     generic_plans()  # the checkout's statements, from the quote read on, are planned once per connection
     with connection.cursor() as cursor:
         cursor.execute(

@@ -245,10 +245,15 @@ class OutcomeCountingMixin:
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
         response = super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+        self.count_answer(started, self.outcome(response))
+        return response
+
+    def count_answer(self, started: float, outcome: object) -> None:
+        """Count one answer with ``outcome``, timed from ``started`` (``time.perf_counter()``): for an answer given
+        without DRF's dispatch too."""
         if self.latency_histogram is not None:
             self.latency_histogram.observe(time.perf_counter() - started)
-        self.outcome_counter.labels(outcome=bounded(self.outcome(response), self.allowed_outcomes)).inc()
-        return response
+        self.outcome_counter.labels(outcome=bounded(outcome, self.allowed_outcomes)).inc()
 
     def outcome(self, response: Response) -> object:
         data = getattr(response, "data", None)

@@ -177,11 +177,12 @@ def _state() -> tuple[Any, ...]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_refusal_before_any_write_commits_and_keeps_the_prepared_statements(
-    make_product, make_customer, monkeypatch: pytest.MonkeyPatch
+    make_product, make_customer, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     """Sold out, not started, over the limit in one request, unknown product: each refusal is decided by the quote
     read before anything is written, and ends with COMMIT, so psycopg keeps the connection's prepared statements
     (the prepared mode) and the database is as before (both modes)."""
+    settings.SOLD_OUT_CACHE_MS = 0  # the second sold-out refusal too is the quote read's (the memory's opens none)
     stocked = make_product(stock=50, max_per_customer=3)
     sold_out = make_product(stock=0)
     scheduled = make_product(stock=5)
