@@ -4,13 +4,16 @@ from itertools import count
 
 import pytest
 
-# Close each connection at the end of a request/thread in tests, so live-server threads do not keep
-# connections open when the test database is dropped.
+# Defaults for the processes the tests start (gunicorn, manage.py commands: they inherit this environment). This
+# process read its settings before this file (pytest-django loads them first; devtools/testenv.py is what reaches
+# them), so here the sold-out memory and the product read's age keep their defaults and the autouse fixture below
+# empties the memories; a test that needs another value sets it (the settings fixture).
+# Each started process closes its connection at the end of a request, so none stays open when the test database is
+# dropped; tests restock and re-buy within milliseconds, so its sold-out memory is off and its product page is read
+# afresh (inventory.selectors) unless the test says otherwise.
 os.environ.setdefault("DB_CONN_MAX_AGE", "0")
-# Tests restock and re-buy within milliseconds; the sold-out memory (inventory.soldout) is off unless a test turns
-# it on (its own tests, and the flash-sale races that run with it on as in production).
 os.environ.setdefault("SOLD_OUT_CACHE_MS", "0")
-os.environ.setdefault("PRODUCT_READ_MAX_AGE_SECONDS", "0")  # the product page read afresh (inventory.selectors)
+os.environ.setdefault("PRODUCT_READ_MAX_AGE_SECONDS", "0")
 
 _skus = count(1)
 # A product spread over 8 stock buckets (guarded_update): the race modules run every race against it too.
