@@ -21,6 +21,8 @@ Where each number comes from:
 - sweeper lag: how far ``now()`` is past the oldest ``active`` reservation's ``expires_at`` (0 when none is due);
 - orders to reconcile: the orders the sweeper expired without the gateway's word
   (``payments.reporting.TO_RECONCILE_SQL``, the sale report's same definition), read by the sweeper-lag statement;
+- unmatched payments: money a gateway reported for a transaction the shop did not issue, not yet resolved by ops
+  (``payments.reporting.UNMATCHED_OPEN_SQL``), read by the same statement;
 - refusals by code and checkout p50/p99: this instance's Prometheus counters (not in the database);
 - the waiting room: the product's queue (:func:`waitingroom.selectors.queue_states`), None without one.
 """
@@ -37,7 +39,7 @@ from backoffice import opsmetrics
 from inventory.models import StockMovement
 from inventory.selectors import SALE_STATE_SQL, STOCK_SUM_SQL
 from orders.models import ReservationStatus
-from payments.reporting import TO_RECONCILE_SQL
+from payments.reporting import TO_RECONCILE_SQL, UNMATCHED_OPEN_SQL
 from waitingroom.selectors import QueueState, queue_states
 
 # Status and reason values come from the TextChoices, interpolated once when this module loads.
@@ -112,10 +114,10 @@ SERIES_SQL = f"""
      GROUP BY 1, 2, 3
 """
 
-# With it, the orders to reconcile (one more column, not one more statement).
+# With it, the orders to reconcile and the unmatched payments (more columns, not more statements).
 SWEEPER_LAG_SQL = f"""
     SELECT count(*), COALESCE(extract(epoch FROM now() - min(expires_at))::float8, 0),
-           (SELECT count(*) FROM ({TO_RECONCILE_SQL}) r)
+           (SELECT count(*) FROM ({TO_RECONCILE_SQL}) r), (SELECT count(*) FROM ({UNMATCHED_OPEN_SQL}) u)
       FROM inventory_reservations WHERE status = '{ACTIVE}' AND expires_at <= now()
 """
 
@@ -129,7 +131,7 @@ def board(*, pinned: list[int] | None = None) -> dict[str, Any]:
     for product_id, second, reason, orders, units in snapshot["series"]:
         series_rows[product_id].append((second - first_second, reason, orders, units))
     queues = {state.product_id: state for state in snapshot["queues"]}
-    overdue_count, overdue_seconds, to_reconcile = snapshot["sweeper_lag"]
+    overdue_count, overdue_seconds, to_reconcile, unmatched = snapshot["sweeper_lag"]
     return {
         "now": snapshot["now"].isoformat(),
         "now_epoch": snapshot["now_epoch"],
@@ -139,6 +141,7 @@ def board(*, pinned: list[int] | None = None) -> dict[str, Any]:
             "overdue_reservations": overdue_count,
             "lag_seconds": round(overdue_seconds, 3),
             "orders_to_reconcile": to_reconcile,
+            "unmatched_payments": unmatched,
         },
         "checkout": opsmetrics.checkout_snapshot(),
         "refresh_ms": round(1000 * (time.perf_counter() - started), 2),

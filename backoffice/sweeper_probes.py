@@ -38,7 +38,7 @@ class Probe:
         try:
             with connection.cursor() as cursor:
                 cursor.execute(SWEEPER_LAG_SQL)
-                overdue, overdue_seconds, _orders_to_reconcile = cursor.fetchone()
+                overdue, overdue_seconds, _orders_to_reconcile, _unmatched = cursor.fetchone()
                 cursor.execute(ACTIVITY_SQL)
                 waiters, oldest = cursor.fetchone()
             probemetrics.RESERVATIONS_OVERDUE.set(overdue)

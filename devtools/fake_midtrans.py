@@ -76,16 +76,18 @@ class FakeMidtrans:
 
     def pay(
         self,
-        order_id: int,
+        order_id: int | None = None,
         *,
+        gateway_order_id: str | None = None,
         status: str = "settlement",
         fraud_status: str = "accept",
         gross_amount: str | Decimal = "0.00",
         currency: str = "IDR",
     ) -> dict[str, Any]:
-        """The buyer acted on the Snap page: the transaction of ``order_id`` now has ``status``."""
+        """The buyer acted on the Snap page: the transaction of ``order_id`` (its newest, or the one named
+        ``gateway_order_id``, which need not be one the shop created) now has ``status``."""
         with self._lock:
-            key = self.gateway_order_id(order_id)
+            key = gateway_order_id or self.gateway_order_id(order_id)
             existing = self.transactions.get(key)
             transaction_id = existing["transaction_id"] if existing else f"fake-tx-{next(self._ids)}"
             record = {
@@ -103,10 +105,12 @@ class FakeMidtrans:
             self.transactions[key] = record
             return dict(record)
 
-    def notification(self, order_id: int, *, signature_key: str | None = None) -> bytes:
-        """The HTTP notification Midtrans would POST for the transaction's current state, signed with the server
-        key (``signature_key`` overrides the signature)."""
-        record = dict(self.transactions[self.gateway_order_id(order_id)])
+    def notification(
+        self, order_id: int | None = None, *, gateway_order_id: str | None = None, signature_key: str | None = None
+    ) -> bytes:
+        """The HTTP notification Midtrans would POST for the transaction's current state (the order's newest, or
+        the one named ``gateway_order_id``), signed with the server key (``signature_key`` overrides it)."""
+        record = dict(self.transactions[gateway_order_id or self.gateway_order_id(order_id)])
         record["signature_key"] = signature_key or signature(
             order_id=record["order_id"],
             status_code=record["status_code"],

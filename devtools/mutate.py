@@ -1023,6 +1023,38 @@ MUTATIONS = [
         ("payments/tests/test_midtrans.py::test_a_retry_after_a_lost_snap_answer_opens_a_new_transaction",),
     ),
     Mutation(
+        "notification-matched-by-prefix",
+        "a notification's gateway order id is read as <order>-<anything> instead of looked up among the ids issued",
+        "payments/sessions.py",
+        "notification_apply",
+        "order_id = issued_order(gateway_order_id=gateway_order_id)",
+        'order_id = int(gateway_order_id.partition("-")[0])',
+        (
+            "payments/tests/test_notification_matching.py::test_money_for_a_transaction_the_shop_did_not_issue_pays_no_order_and_needs_ops",
+            "payments/tests/test_notification_matching.py::test_the_bare_order_id_is_not_the_orders_transaction",
+        ),
+    ),
+    Mutation(
+        "unmatched-money-ignored",
+        "money for a transaction the shop did not issue is answered `ignored` and recorded nowhere",
+        "payments/sessions.py",
+        "notification_apply",
+        "if status.status != gateway.SETTLED:",
+        "if True:",
+        (
+            "payments/tests/test_notification_matching.py::test_money_for_a_transaction_the_shop_did_not_issue_pays_no_order_and_needs_ops",
+        ),
+    ),
+    Mutation(
+        "sequences-not-advanced",
+        "after a restore the id sequences stay where the restore left them (the gap is not added)",
+        "skincare/services.py",
+        "SEQUENCES_ADVANCE_SQL",
+        "COALESCE(s.last_value, 0) + %s",
+        "COALESCE(s.last_value, 0) + 0 * %s",
+        ("skincare/tests/test_sequences_advance.py::test_after_a_restore_no_order_or_attempt_id_is_issued_twice",),
+    ),
+    Mutation(
         "sweeper-asks-no-gateway",
         "the sweeper cancels orders with a gateway session without asking the status API",
         "payments/sessions.py",

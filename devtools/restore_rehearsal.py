@@ -14,7 +14,9 @@ on it, and --shoppers buyers (:mod:`devtools.shop_load`) checking out, paying, c
 4. The proof (:mod:`devtools.restore_proof`): nothing sent after the target is on the copy (read first); then a
    gunicorn and a sweeper on the copy: new checkouts are served, the sweeper expires the carts left pending at the
    target exactly once, and every checkout, payment and cancel answered before the target is on the copy (the
-   client-side proof of ``make failover``); ``audit_inventory`` clean.
+   client-side proof of ``make failover``); ``audit_inventory`` clean. Before the copy takes writes,
+   ``sequences_advance`` moves its id sequences on: every order id the copy answers is above every one the primary
+   answered, after the target included.
 
 Prints the backup time, the archive lag (the recovery point a lost host would give), the restore time and what the
 proof counted. Every process it started is stopped; data in ``.data/restore`` (git-ignored), recreated every run.
@@ -241,6 +243,8 @@ def prove(r: Rehearsal, load: ShopLoad, t_mono: float, tokens: list[str]) -> Non
     conninfo = r.copy.conninfo(DBNAME)
     first = read_snapshot(conninfo, customer_prefix=CUSTOMER_PREFIX, event_prefix="evt-rp-")
     r.failures += after_problems(split.after, first)
+    # Before the copy takes writes: ids issued after the target (known to customers and the gateway) never come again.
+    manage(r.copy.url(DBNAME), "sequences_advance", quiet=True)
     stack = stack_on(r.copy.url(DBNAME), r, "restore-copy").start_instances().start_sweepers()
     customers = [f"{CUSTOMER_PREFIX}-{i:05d}" for i in range(len(tokens))]
     resumed = ShopLoad(stack.bases[0], tokens, customers, FLASH_PRODUCT, PRODUCTS, "rc", pause=r.args.pause)
@@ -260,6 +264,7 @@ def prove(r: Rehearsal, load: ShopLoad, t_mono: float, tokens: list[str]) -> Non
     if not any(c.kind == "checkout" and c.status == 201 for c in after_resume):
         r.failures.append("no checkout was served by the restored copy")
     r.failures += check(split.before + after_resume, second)
+    r.failures += reissued_orders(calls, after_resume)
     if audit.returncode != 0:
         r.failures.append("audit_inventory on the copy: " + (audit.stdout + audit.stderr).strip()[-400:])
     acknowledged = Counter(f"{c.kind}:{c.status}" for c in split.before if c.status < 300)
@@ -270,8 +275,22 @@ def prove(r: Rehearsal, load: ShopLoad, t_mono: float, tokens: list[str]) -> Non
     r.facts["pending_at_target_expired_by_copy_sweeper"] = sum(
         1 for o, s in first.orders.items() if s == "pending_payment" and second.orders.get(o) == "cancelled"
     )
+    r.facts["highest_order_id_primary_answered"] = max(created_orders(calls), default=None)
+    r.facts["lowest_order_id_copy_answered"] = min(created_orders(after_resume), default=None)
     r.facts["served_by_copy"] = dict(sorted(Counter(f"{c.kind}:{c.status}" for c in after_resume).items()))
     r.facts["audit_inventory_on_copy"] = "clean" if audit.returncode == 0 else "VIOLATIONS"
+
+
+def created_orders(calls: list[Any]) -> list[int]:
+    return [int(c.body["order_id"]) for c in calls if c.kind == "checkout" and c.status == 201]
+
+
+def reissued_orders(primary_calls: list[Any], copy_calls: list[Any]) -> list[str]:
+    """An order id the restored copy answered that the primary had already answered (before or after the target):
+    two customers, and possibly the gateway, would know one id for two orders."""
+    highest = max(created_orders(primary_calls), default=0)
+    again = sorted(order for order in created_orders(copy_calls) if order <= highest)
+    return [f"the copy issued order ids the primary had issued up to {highest}: {again[:5]}"] if again else []
 
 
 def overdue(conninfo: str) -> int:

@@ -14,12 +14,14 @@ _VIEW = [
     ("orders", "view_reservation"),
     ("payments", "view_paymentattempt"),
     ("payments", "view_processedevent"),
+    ("payments", "view_unmatchedpayment"),
 ]
 _MANAGE = [
     *_VIEW,
     ("inventory", "adjust_stock"),
     ("inventory", "change_product"),
     ("orders", "change_order"),  # the Cancel order action
+    ("payments", "change_unmatchedpayment"),  # the Mark resolved action
 ]
 
 

@@ -1,14 +1,18 @@
-"""Ops admin for payment attempts and processed gateway events, all read-only.
+"""Ops admin for payment attempts and processed gateway events, all read-only, and for unmatched payments (read-only
+but for the action that marks them resolved).
 
 The order page shows each order's payment attempts: :class:`OrderPaymentsAdmin`, the order admin with one more
 inline, registered in its place (orders never imports payments).
 """
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from orders.admin import OrderAdmin
 from orders.models import Order
-from payments.models import NEEDS_OPS, PaymentAttempt, ProcessedEvent
+from payments import services
+from payments.models import NEEDS_OPS, PaymentAttempt, ProcessedEvent, UnmatchedPayment
 from skincare.admin_helpers import ReadOnlyAdminMixin, ReadOnlyInline
 
 
@@ -72,3 +76,36 @@ class ProcessedEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["event_type", "outcome"]
     search_fields = ["=event_id", "=order_id"]
     show_full_result_count = False
+
+
+@admin.register(UnmatchedPayment)
+class UnmatchedPaymentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Money a gateway took for a transaction this shop did not issue: refund it at the gateway (or settle it with
+    the buyer), then mark it resolved here; until then the sale board and ``reconcile_payments`` count it."""
+
+    list_display = [
+        "id",
+        "gateway",
+        "gateway_order_id",
+        "transaction_id",
+        "amount",
+        "currency",
+        "gateway_status",
+        "received_at",
+        "resolved_at",
+        "resolved_by",
+    ]
+    list_filter = [("resolved_at", admin.EmptyFieldListFilter), "gateway"]
+    search_fields = ["=gateway_order_id", "=transaction_id"]
+    actions = ["resolve"]
+    show_full_result_count = False
+
+    def has_resolve_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("payments.change_unmatchedpayment")
+
+    @admin.action(description="Mark resolved (refunded or settled at the gateway)", permissions=["resolve"])
+    def resolve(self, request: HttpRequest, queryset: QuerySet[UnmatchedPayment]) -> None:
+        count = services.unmatched_payments_resolve(
+            ids=list(queryset.values_list("id", flat=True)), resolved_by=request.user.get_username()
+        )
+        self.message_user(request, f"Marked {count} unmatched payment(s) resolved.", messages.SUCCESS)

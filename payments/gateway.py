@@ -1,12 +1,14 @@
 """The payment gateway seam: what the shop asks of a gateway, whichever it is (``PAYMENT_GATEWAY``).
 
 - :meth:`Gateway.session_create`: a payment page for one order, ending at a given instant (where the buyer pays);
-- :meth:`Gateway.notification_read`: verify an incoming notification and read which order it names;
+- :meth:`Gateway.notification_read`: verify an incoming notification and read which transaction it names;
 - :meth:`Gateway.status_get`: the gateway's own word on an order's transaction (``None``: it has none);
 - :meth:`Gateway.transaction_expire`: close a transaction that is still open, so it can take no more money.
 
 Every call is a network call with a bounded timeout, made outside any database transaction; a gateway that does
-not answer raises :class:`payments.exceptions.GatewayUnavailable`. Two gateways: ``sandbox`` (the built-in page of
+not answer raises :class:`payments.exceptions.GatewayUnavailable`. A gateway names a transaction by the id the shop
+gave it (``gateway_order_id``); the shop maps that id to an order through ``gateway_transactions`` (the ids it issued),
+never by reading an order id out of it. Two gateways: ``sandbox`` (the built-in page of
 ``payments.sandbox``: it pays through the signed webhook and keeps no gateway-side state) and ``midtrans``
 (``payments.midtrans``). ``payments.sessions.configured_gateway`` picks one.
 """
@@ -35,9 +37,9 @@ class Session:
 
 @dataclasses.dataclass(frozen=True)
 class TransactionStatus:
-    """The gateway's record of one order's transaction."""
+    """The gateway's record of one transaction, named by the id the shop gave it."""
 
-    order_id: int
+    gateway_order_id: str
     status: str  # SETTLED, OPEN, FAILED or REFUNDED
     gateway_status: str  # the gateway's own word (`settlement`, `capture/accept`, …), kept with the event
     amount: Decimal

@@ -56,13 +56,14 @@ def gateway_status(data: dict[str, Any]) -> str:
     return f"{status}/{data.get('fraud_status', '')}" if status == "capture" else status
 
 
-def order_id_of(value: Any) -> int:
-    """The shop's order id in Midtrans's ``order_id``: ``<order>-<attempt>`` (payments.models.PaymentSession), or
-    the order id alone (sessions created before attempts were numbered)."""
-    order = value.partition("-")[0] if isinstance(value, str) else None
-    if not order or not value.isascii() or not order.isdigit() or len(order) > 18 or len(value) > 50:
-        raise InvalidInput("order_id is not one of this shop's orders.", fields={"order_id": ["An order id."]})
-    return int(order)
+def gateway_order_id_valid(value: Any) -> str:
+    """A notification's ``order_id`` as Midtrans allows it (ASCII, at most 50 characters): the id the shop gave the
+    transaction, matched against ``gateway_transactions`` by the caller, never read as an order id."""
+    if not isinstance(value, str) or not value or not value.isascii() or len(value) > 50:
+        raise InvalidInput(
+            "order_id is not a Midtrans order id.", fields={"order_id": ["At most 50 ASCII characters."]}
+        )
+    return value
 
 
 class MidtransGateway:
@@ -139,8 +140,8 @@ class MidtransGateway:
         return gateway.Session(token=token, redirect_url=redirect_url)
 
     def notification_read(self, *, body: bytes) -> str:
-        """The gateway order id a notification names, once its ``signature_key`` is verified (constant-time); anything else
-        raises InvalidSignature (401) or InvalidInput (400)."""
+        """The gateway order id a notification names, once its ``signature_key`` is verified (constant-time); anything
+        else raises InvalidSignature (401) or InvalidInput (400)."""
         if not self.server_key:
             raise InvalidSignature("MIDTRANS_SERVER_KEY is not configured; refusing all notifications.")
         try:
@@ -157,8 +158,7 @@ class MidtransGateway:
         )
         if not hmac.compare_digest(expected.encode(), signature_key.lower().encode()):
             raise InvalidSignature("The notification's signature_key does not match.")
-        order_id_of(order_id)
-        return order_id
+        return gateway_order_id_valid(order_id)
 
     def status_get(self, *, gateway_order_id: str) -> gateway.TransactionStatus | None:
         order_id = gateway_order_id
@@ -175,7 +175,7 @@ class MidtransGateway:
         if str(data.get("order_id")) != str(order_id) or not amount.is_finite():
             raise GatewayUnavailable(f"Midtrans answered the status of another order than {order_id}.")
         return gateway.TransactionStatus(
-            order_id=order_id_of(order_id),
+            gateway_order_id=order_id,
             status=STATUSES.get(word, gateway.OPEN),  # an unknown status is neither money nor its absence
             gateway_status=word,
             amount=amount,

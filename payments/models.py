@@ -72,6 +72,8 @@ class ProcessedEvent(models.Model):
         REFUND_REQUIRED = "refund_required", "Refund required"
         AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
         CURRENCY_MISMATCH = "currency_mismatch", "Currency mismatch"
+        # Money for a gateway transaction this shop never issued: recorded in unmatched_payments, no order touched.
+        UNMATCHED = "unmatched", "Money for a transaction this shop did not issue"
 
     event_id = models.TextField(primary_key=True)
     processed_at = models.DateTimeField(db_default=Now())
@@ -123,7 +125,8 @@ class PaymentSession(models.Model):
     redirect_url = models.URLField(max_length=500, blank=True, db_default="")
     # The order id the gateway knows this session's transaction by: ``<order>-<attempt>``, one per attempt to create
     # it, because Midtrans refuses a second Snap transaction with an order id it has seen (an attempt whose answer
-    # was lost would otherwise block every retry). Empty: the shop's order id.
+    # was lost would otherwise block every retry). Empty: the shop's order id. Every id ever issued is also in
+    # gateway_transactions, which is where a notification is matched.
     gateway_order_id = models.CharField(max_length=50, blank=True, db_default="")
     # When the gateway's page and transaction end: at least MIDTRANS_EXPIRY_MARGIN_SECONDS before the order's
     # payment_expires_at (database clock).
@@ -139,3 +142,51 @@ class PaymentSession(models.Model):
 
     def __str__(self):
         return f"{self.gateway} session of order {self.order_id}"
+
+
+class GatewayTransaction(models.Model):
+    """Every transaction id this shop ever asked a gateway to create, with the order it belongs to: written in the
+    same statement that claims the attempt (``payments.sessions``), before the gateway is called, and never
+    rewritten. A gateway's notification or status answer is matched to an order here and only here: an id is never
+    parsed into an order id, so an id the shop did not issue (another shop's, one issued before a restore) can pay
+    no order."""
+
+    gateway_order_id = models.CharField(max_length=50, primary_key=True)
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="+")
+    gateway = models.CharField(max_length=20)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "gateway_transactions"
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.gateway} transaction {self.gateway_order_id} of order {self.order_id}"
+
+
+class UnmatchedPayment(models.Model):
+    """Money a gateway reports for a transaction id that is not in ``gateway_transactions``: never applied to an
+    order; kept until ops resolve it (refund it at the gateway, or settle it with the buyer) in the admin. Counted
+    on the sale board, in ``sale_report`` and by ``reconcile_payments`` (exit 1) while unresolved."""
+
+    gateway = models.CharField(max_length=20)
+    gateway_order_id = models.CharField(max_length=50)
+    transaction_id = models.CharField(max_length=200, blank=True, db_default="")
+    gateway_status = models.CharField(max_length=40)
+    amount = models.DecimalField(max_digits=12, decimal_places=2)
+    currency = models.CharField(max_length=3, blank=True, db_default="")
+    # The processed_events row that recorded it (one per gateway state: a redelivery records nothing more).
+    event_id = models.TextField(unique=True)
+    received_at = models.DateTimeField(db_default=Now())
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=150, blank=True, db_default="")
+
+    class Meta:
+        db_table = "unmatched_payments"
+        ordering = ["-received_at"]
+        indexes = [
+            models.Index(fields=["received_at"], name="unmatched_payments_open_idx", condition=Q(resolved_at=None))
+        ]
+
+    def __str__(self):
+        return f"unmatched {self.gateway} payment {self.gateway_order_id} ({self.amount} {self.currency})"

@@ -1,6 +1,8 @@
 """The payments figures of ``manage.py sale_report`` (called by backoffice.sale_report):
-late payments (money that arrived for an order no longer payable: expired or cancelled), the refunds to make, and
-the orders the sweeper expired without the gateway's word (``reconcile_payments`` compares them)."""
+late payments (money that arrived for an order no longer payable: expired or cancelled), the refunds to make, the
+orders the sweeper expired without the gateway's word (``reconcile_payments`` compares them), and the money a gateway
+reported for a transaction the shop did not issue (unmatched payments: the sale board, the report and
+``reconcile_payments`` read :data:`UNMATCHED_OPEN_SQL`)."""
 
 import datetime as dt
 from decimal import Decimal
@@ -41,6 +43,20 @@ UNRECONCILED_SQL = f"""
      WHERE o.created_at >= %(since)s AND o.id IN ({TO_RECONCILE_SQL})
 """
 
+# The unmatched payments ops have not resolved yet (payments.models.UnmatchedPayment), oldest first.
+UNMATCHED_OPEN_SQL = """
+    SELECT id, gateway, gateway_order_id, transaction_id, gateway_status, amount, currency, received_at
+      FROM unmatched_payments WHERE resolved_at IS NULL
+     ORDER BY received_at, id
+"""
+
+
+def unmatched_payments_open() -> list[tuple[Any, ...]]:
+    """The rows of :data:`UNMATCHED_OPEN_SQL`."""
+    with connection.cursor() as cursor:
+        cursor.execute(UNMATCHED_OPEN_SQL)
+        return cursor.fetchall()
+
 
 def payments_for_report(product_id: int, since: dt.datetime) -> dict[str, Any]:
     refund_amount: dict[str, Decimal] = {}  # currency -> the refunds' sum
@@ -57,4 +73,7 @@ def payments_for_report(product_id: int, since: dt.datetime) -> dict[str, Any]:
                 found["mismatches"] += count  # a wrong amount or currency: ops decide
         cursor.execute(UNRECONCILED_SQL, {"product": product_id, "since": since})
         found["to_reconcile"] = cursor.fetchone()[0]
+        # Shop-wide: an unmatched payment names no order, so no product; the report shows every open one.
+        cursor.execute(f"SELECT count(*) FROM ({UNMATCHED_OPEN_SQL}) u")
+        found["unmatched"] = cursor.fetchone()[0]
     return found

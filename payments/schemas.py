@@ -217,13 +217,17 @@ MIDTRANS_NOTIFICATION = extend_schema(
     summary="Midtrans HTTP notification",
     description=(
         "Verified by `signature_key` (SHA-512 of order_id + status_code + gross_amount + MIDTRANS_SERVER_KEY), then "
-        "confirmed with Midtrans's status API and applied once per transaction status."
+        "confirmed with Midtrans's status API and applied once per transaction status to the order whose transaction "
+        "id it names (only an id this shop issued). Money for an id the shop did not issue pays no order: it is "
+        "recorded for ops and answered `unmatched` with `order_id` null."
     ),
     auth=[],
     request=OpenApiTypes.OBJECT,
     responses={
-        200: OpenApiResponse(OpenApiTypes.OBJECT, description="Applied, a replay (`duplicate`), or `ignored`."),
-        400: error("order_id is not one of this shop's orders.", "invalid_request"),
+        200: OpenApiResponse(
+            OpenApiTypes.OBJECT, description="Applied, a replay (`duplicate`), `unmatched`, or `ignored`."
+        ),
+        400: error("order_id is not a Midtrans order id (at most 50 ASCII characters).", "invalid_request"),
         401: error("The signature_key does not verify; nothing changed.", "invalid_signature"),
         404: error("The notification names an order that does not exist.", "order_not_found"),
         413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),

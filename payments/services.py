@@ -13,7 +13,7 @@ from orders import services as order_services
 from orders.exceptions import OrderNotFound
 from orders.locks import lock_order
 from orders.models import Order
-from payments.models import PaymentAttempt, ProcessedEvent
+from payments.models import PaymentAttempt, ProcessedEvent, UnmatchedPayment
 from skincare import services as skincare_services
 from skincare.db import db_now, retry_transient
 
@@ -32,7 +32,7 @@ def processed_events_prune() -> int:
     )
 
 
-def _record_event(*, event_id: str, event_type: str, order_id: int, payload: Any) -> bool:
+def _record_event(*, event_id: str, event_type: str, order_id: int | None, payload: Any) -> bool:
     """Claim the event id. Returns False when the event was already applied (or is being applied by a
     concurrent delivery, in which case this waits for it and then sees it)."""
     with connection.cursor() as cursor:
@@ -173,3 +173,56 @@ def payment_event_apply(
     if decision.outcome in (Outcome.AMOUNT_MISMATCH, Outcome.CURRENCY_MISMATCH, Outcome.REFUND_REQUIRED):
         logger.warning("payment event %s for order %s needs ops: %s", event_id, order.pk, decision.outcome)
     return decision.outcome
+
+
+@retry_transient
+@transaction.atomic
+def unmatched_payment_record(
+    *,
+    event_id: str,
+    gateway: str,
+    gateway_order_id: str,
+    transaction_id: str,
+    gateway_status: str,
+    amount: Decimal,
+    currency: str,
+    payload: Any = None,
+) -> str:
+    """Money the gateway confirms for a transaction id the shop never issued (``payments.sessions``): recorded once
+    in ``unmatched_payments`` for ops, with its event, and applied to no order. Returns ``unmatched``, or
+    ``duplicate`` for a redelivery."""
+    if not _record_event(event_id=event_id, event_type=EVENT_SUCCEEDED, order_id=None, payload=payload):
+        return Outcome.DUPLICATE
+    UnmatchedPayment.objects.create(
+        gateway=gateway,
+        gateway_order_id=gateway_order_id,
+        transaction_id=transaction_id,
+        gateway_status=gateway_status,
+        amount=amount,
+        currency=currency,
+        event_id=event_id,
+    )
+    _set_outcome(event_id=event_id, outcome=Outcome.UNMATCHED)
+    logger.warning(
+        "payment event %s: %s %s for %s transaction %s, which this shop did not issue: needs ops",
+        event_id,
+        amount,
+        currency,
+        gateway,
+        gateway_order_id,
+    )
+    return Outcome.UNMATCHED
+
+
+UNMATCHED_RESOLVE_SQL = """
+UPDATE unmatched_payments SET resolved_at = now(), resolved_by = %s WHERE id = ANY(%s) AND resolved_at IS NULL
+"""
+
+
+@transaction.atomic
+def unmatched_payments_resolve(*, ids: list[int], resolved_by: str) -> int:
+    """Ops settled these unmatched payments at the gateway (refunded, or matched by hand): they stop counting as
+    needing ops. Returns how many were still open."""
+    with connection.cursor() as cursor:
+        cursor.execute(UNMATCHED_RESOLVE_SQL, [resolved_by, ids])
+        return cursor.rowcount

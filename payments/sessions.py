@@ -77,12 +77,20 @@ WHERE o.id = %s AND o.customer_id = %s
 """
 # Claim the order's session (one visit creates it): a new row, or a claim left empty by a visit that died more than
 # twice the gateway's timeout ago. Returns the order id when this visit holds the claim. Each claim is one attempt,
-# with its own gateway order id (payments.models.PaymentSession.gateway_order_id).
+# with its own gateway order id (payments.models.PaymentSession.gateway_order_id), recorded in the same statement
+# among the ids the shop issued (gateway_transactions), before the gateway hears of it: a notification naming it
+# can then always be matched.
 CLAIM_SESSION_SQL = """
-INSERT INTO payment_sessions (order_id, gateway, ends_at, gateway_order_id) VALUES (%s, %s, %s, %s)
-ON CONFLICT (order_id) DO UPDATE SET created_at = now(), ends_at = EXCLUDED.ends_at,
-                                     gateway_order_id = EXCLUDED.gateway_order_id
-    WHERE payment_sessions.redirect_url = '' AND payment_sessions.created_at < now() - make_interval(secs => %s)
+WITH claim AS (
+    INSERT INTO payment_sessions (order_id, gateway, ends_at, gateway_order_id) VALUES (%s, %s, %s, %s)
+    ON CONFLICT (order_id) DO UPDATE SET created_at = now(), ends_at = EXCLUDED.ends_at,
+                                         gateway_order_id = EXCLUDED.gateway_order_id
+        WHERE payment_sessions.redirect_url = ''
+          AND payment_sessions.created_at < now() - make_interval(secs => %s)
+    RETURNING order_id, gateway, gateway_order_id
+)
+INSERT INTO gateway_transactions (gateway_order_id, order_id, gateway)
+SELECT gateway_order_id, order_id, gateway FROM claim
 RETURNING order_id
 """
 STORED_SESSION_SQL = "SELECT redirect_url FROM payment_sessions WHERE order_id = %s"
@@ -91,6 +99,8 @@ RELEASE_CLAIM_SQL = "DELETE FROM payment_sessions WHERE order_id = %s AND redire
 # The id the gateway knows a session's transaction by (the order id alone for a session stored without one).
 GATEWAY_ORDER_ID_SQL = "COALESCE(NULLIF(s.gateway_order_id, ''), s.order_id::text)"
 SESSION_GATEWAY_ORDER_ID_SQL = f"SELECT {GATEWAY_ORDER_ID_SQL} FROM payment_sessions s WHERE s.order_id = %s"
+# The order a gateway transaction id belongs to: only an id this shop issued names an order.
+ISSUED_ORDER_SQL = "SELECT order_id FROM gateway_transactions WHERE gateway_order_id = %s"
 
 
 def session_ends_at(*, payment_expires_at: datetime) -> datetime:
@@ -171,12 +181,15 @@ def session_close_after_cancel(*, order_id: int) -> None:
 
 def _event_id(status: gateway.TransactionStatus) -> str:
     """One gateway state of one transaction is one event: however often it is notified, it is applied once."""
-    return f"{configured_gateway().name}-{status.transaction_id or status.order_id}-{status.gateway_status}"
+    return f"{configured_gateway().name}-{status.transaction_id or status.gateway_order_id}-{status.gateway_status}"
 
 
-def status_apply(*, status: gateway.TransactionStatus, payload: Any = None, settled_in_time: bool = False) -> str:
-    """Apply the gateway's word on a transaction through the webhook's one service (``payment_event_apply``):
-    settled → the payment event, failed → a failed attempt, anything else changes nothing (``ignored``)."""
+def status_apply(
+    *, order_id: int, status: gateway.TransactionStatus, payload: Any = None, settled_in_time: bool = False
+) -> str:
+    """Apply the gateway's word on a transaction of ``order_id`` through the webhook's one service
+    (``payment_event_apply``): settled → the payment event, failed → a failed attempt, anything else changes
+    nothing (``ignored``)."""
     if status.status == gateway.SETTLED:
         event_type = services.EVENT_SUCCEEDED
     elif status.status == gateway.FAILED:
@@ -186,7 +199,7 @@ def status_apply(*, status: gateway.TransactionStatus, payload: Any = None, sett
     return services.payment_event_apply(
         event_id=_event_id(status),
         event_type=event_type,
-        order_id=status.order_id,
+        order_id=order_id,
         amount=status.amount,
         currency=status.currency,
         provider_reference=status.transaction_id,
@@ -195,16 +208,41 @@ def status_apply(*, status: gateway.TransactionStatus, payload: Any = None, sett
     )
 
 
-def notification_apply(*, body: bytes) -> tuple[int, str]:
+def issued_order(*, gateway_order_id: str) -> int | None:
+    """The order a transaction id this shop issued belongs to (``gateway_transactions``); None for any other id."""
+    with connection.cursor() as cursor:
+        cursor.execute(ISSUED_ORDER_SQL, [gateway_order_id])
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def notification_apply(*, body: bytes) -> tuple[int | None, str]:
     """A gateway notification: verified (401 otherwise, nothing changes), confirmed with the gateway's status API
-    (money is recorded from that answer only; no answer → 503, so the gateway retries), applied once. Returns the
-    order id and the outcome."""
+    (money is recorded from that answer only; no answer → 503, so the gateway retries), matched to the order whose
+    transaction id it names (only an id the shop issued: ``gateway_transactions``), applied once. Money for an id
+    the shop did not issue pays no order: it is recorded for ops (``unmatched``, order id None). Returns the order
+    id and the outcome."""
     gw = configured_gateway()
     gateway_order_id = gw.notification_read(body=body)
     status = gw.status_get(gateway_order_id=gateway_order_id)
     if status is None:
         raise GatewayUnavailable(f"The gateway has no transaction {gateway_order_id} yet.")
-    return status.order_id, status_apply(status=status, payload=json.loads(body))
+    order_id = issued_order(gateway_order_id=gateway_order_id)
+    if order_id is None:
+        if status.status != gateway.SETTLED:
+            return None, IGNORED
+        outcome = services.unmatched_payment_record(
+            event_id=_event_id(status),
+            gateway=gw.name,
+            gateway_order_id=gateway_order_id,
+            transaction_id=status.transaction_id,
+            gateway_status=status.gateway_status,
+            amount=status.amount,
+            currency=status.currency,
+            payload=json.loads(body),
+        )
+        return None, outcome
+    return order_id, status_apply(order_id=order_id, status=status, payload=json.loads(body))
 
 
 @dataclasses.dataclass
@@ -270,7 +308,9 @@ def sessions_check_due(*, limit: int) -> SessionCheck:
         try:
             status = gw.status_get(gateway_order_id=gateway_order_id)
             if status is not None and status.status == gateway.SETTLED:
-                outcome = status_apply(status=status, payload={"source": "sweeper"}, settled_in_time=True)
+                outcome = status_apply(
+                    order_id=order_id, status=status, payload={"source": "sweeper"}, settled_in_time=True
+                )
                 check.recovered += outcome == services.Outcome.PAID
             elif status is not None and status.status == gateway.OPEN:
                 gw.transaction_expire(gateway_order_id=gateway_order_id)

@@ -75,7 +75,15 @@ CHECKOUT_OUTCOMES = OutcomeLabels("created")
 # The webhook's outcome: the ``status`` of a 200 answer (what the event did: ``payments.models.ProcessedEvent.Outcome``,
 # which a test holds this list to) or the error ``code``.
 WEBHOOK_OUTCOMES = OutcomeLabels(
-    "paid", "duplicate", "failed", "amount_mismatch", "currency_mismatch", "refund_required", "already_paid", "ignored"
+    "paid",
+    "duplicate",
+    "failed",
+    "amount_mismatch",
+    "currency_mismatch",
+    "refund_required",
+    "already_paid",
+    "ignored",
+    "unmatched",
 )
 
 CHECKOUT_REQUESTS = Counter(

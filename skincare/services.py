@@ -1,4 +1,4 @@
-"""The foundation's writes: customer API tokens and rate-limit counters."""
+"""The foundation's writes: customer API tokens, rate-limit counters, and the id sequences' advance after a restore."""
 
 import secrets
 from datetime import timedelta
@@ -107,3 +107,29 @@ def demo_accounts_disable() -> list[str]:
     if deleted:
         changed.append(f"the demo token {demo.DEMO_CUSTOMER_TOKEN!r} deleted")
     return changed
+
+
+# Ids never come again after a restore to a moment: the orders, payment attempts, reservations… issued between the
+# restore's target and the moment the damage was found are known to customers and to the gateway, but not to the
+# restored copy, whose sequences stand where they stood at the target. Each sequence of the schema jumps ahead by
+# SEQUENCE_RESTORE_GAP: more ids than the shop can issue in the lost window (a billion: 27 hours at 10,000 a second,
+# far above any measured rate), and a bigint sequence has room for nine billion such jumps.
+SEQUENCE_RESTORE_GAP = 1_000_000_000
+SEQUENCES_ADVANCE_SQL = """
+SELECT s.sequencename, s.last_value,
+       setval(format('%%I.%%I', s.schemaname, s.sequencename)::regclass, COALESCE(s.last_value, 0) + %s)
+  FROM pg_sequences s
+ WHERE s.schemaname = current_schema()
+ ORDER BY s.sequencename
+"""
+
+
+@transaction.atomic
+def sequences_advance(*, gap: int = SEQUENCE_RESTORE_GAP) -> list[tuple[str, int | None, int]]:
+    """Move every id sequence of the schema ``gap`` past its last value (after a restore to a moment, before the
+    copy takes writes: docs/operations.md). Returns (sequence, last value, new value) for each."""
+    if gap < 1:
+        raise ValueError("the gap must be a positive number of ids")
+    with connection.cursor() as cursor:
+        cursor.execute(SEQUENCES_ADVANCE_SQL, [gap])
+        return [(name, last, new) for name, last, new in cursor.fetchall()]

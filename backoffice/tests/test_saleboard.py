@@ -12,6 +12,7 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from backoffice import opsmetrics, saleboard
@@ -20,7 +21,7 @@ from devtools.testing import ThreadRun, make_overdue, run_concurrently
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
 from payments import services as payment_services
-from payments.models import PaymentSession
+from payments.models import PaymentSession, UnmatchedPayment
 from payments.testing import place_order
 from payments.tests.test_checkout_http_race import post_checkout_once
 from skincare.tests.test_metrics import _url as database_url_for_children
@@ -130,7 +131,12 @@ def test_one_refresh_after_checkouts_payments_expiries_and_refusals(viewer, make
     board = product_on_board(data, product.pk)
     assert (board["available"], board["reserved"], board["sold"]) == (1, 2, 2)
     assert sum(board["per_second"]["orders_expired"]) == 1
-    assert data["sweeper"] == {"overdue_reservations": 0, "lag_seconds": 0, "orders_to_reconcile": 0}
+    assert data["sweeper"] == {
+        "overdue_reservations": 0,
+        "lag_seconds": 0,
+        "orders_to_reconcile": 0,
+        "unmatched_payments": 0,
+    }
 
 
 def call_command_sweep():
@@ -295,6 +301,25 @@ def test_the_board_counts_the_orders_to_reconcile(viewer, make_product, make_cus
     assert viewer.get(reverse(DATA)).json()["sweeper"]["orders_to_reconcile"] == 0
     PaymentSession.objects.filter(order__in=orders[:2]).update(needs_reconciliation=True)
     assert viewer.get(reverse(DATA)).json()["sweeper"]["orders_to_reconcile"] == 2
+
+
+def test_the_board_counts_the_unmatched_payments_ops_have_not_resolved(viewer):
+    """Money for a transaction the shop did not issue (payments.models.UnmatchedPayment) until ops resolve it; a
+    resolved one is not counted (control: 0 before any arrives)."""
+    page = viewer.get(reverse(PAGE))
+    assert b'id="unmatched"' in page.content
+    assert viewer.get(reverse(DATA)).json()["sweeper"]["unmatched_payments"] == 0
+    for i, resolved in enumerate([None, timezone.now(), None]):
+        UnmatchedPayment.objects.create(
+            gateway="midtrans",
+            gateway_order_id=f"1-{i}",
+            gateway_status="settlement",
+            amount="129000.00",
+            currency="IDR",
+            event_id=f"midtrans-tx-{i}-settlement",
+            resolved_at=resolved,
+        )
+    assert viewer.get(reverse(DATA)).json()["sweeper"]["unmatched_payments"] == 2
 
 
 def test_under_gunicorn_the_board_reads_every_workers_counters(make_product, make_customer):

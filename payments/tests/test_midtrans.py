@@ -17,7 +17,7 @@ from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from orders.models import Order, Reservation
 from payments import checks, services, sessions
 from payments.exceptions import GatewayUnavailable
-from payments.models import PaymentAttempt, PaymentSession, ProcessedEvent
+from payments.models import GatewayTransaction, PaymentAttempt, PaymentSession, ProcessedEvent
 from payments.testing import place_order
 from skincare import metrics
 from skincare.demo import TEST_MIDTRANS_SERVER_KEY
@@ -218,7 +218,8 @@ def test_a_cancel_while_the_gateway_is_down_still_cancels_and_is_marked(api, fak
 
 
 @pytest.mark.django_db
-def test_signed_settlement_pays_the_order_once_and_a_replay_changes_nothing(fake, order):
+def test_signed_settlement_pays_the_order_once_and_a_replay_changes_nothing(api, fake, order):
+    open_session(api, order)  # the transaction this shop issued
     fake.pay(order.pk, gross_amount=order.total)
     body = fake.notification(order.pk)
     paid_before, duplicate_before = counted("paid"), counted("duplicate")
@@ -289,7 +290,10 @@ def test_a_notification_signed_over_another_amount_is_refused(fake, order):
     ("gross_amount", "currency", "outcome"),
     [("1000.00", "IDR", "amount_mismatch"), ("129000.00", "USD", "currency_mismatch")],
 )
-def test_money_that_does_not_match_is_recorded_for_ops_and_never_pays(fake, order, gross_amount, currency, outcome):
+def test_money_that_does_not_match_is_recorded_for_ops_and_never_pays(
+    api, fake, order, gross_amount, currency, outcome
+):
+    open_session(api, order)  # the transaction this shop issued
     fake.pay(order.pk, gross_amount=gross_amount, currency=currency)
 
     answer = notify(fake.notification(order.pk))
@@ -302,7 +306,8 @@ def test_money_that_does_not_match_is_recorded_for_ops_and_never_pays(fake, orde
 
 
 @pytest.mark.django_db
-def test_the_status_api_is_the_truth_not_the_notification(fake, order):
+def test_the_status_api_is_the_truth_not_the_notification(api, fake, order):
+    open_session(api, order)  # the transaction this shop issued
     """A notification that says settlement while the status API says pending records no money."""
     fake.pay(order.pk, gross_amount=order.total, status="settlement")
     body = fake.notification(order.pk)
@@ -330,7 +335,8 @@ def test_the_status_api_is_the_truth_not_the_notification(fake, order):
         ("partial_refund", "accept", "ignored", "pending_payment"),
     ],
 )
-def test_each_status_of_the_status_api(fake, order, status, fraud_status, outcome, order_status):
+def test_each_status_of_the_status_api(api, fake, order, status, fraud_status, outcome, order_status):
+    open_session(api, order)  # the transaction this shop issued
     fake.pay(order.pk, gross_amount=order.total, status=status, fraud_status=fraud_status)
 
     answer = notify(fake.notification(order.pk))
@@ -344,7 +350,8 @@ def test_each_status_of_the_status_api(fake, order, status, fraud_status, outcom
 
 
 @pytest.mark.django_db
-def test_a_notification_after_the_deadline_flags_a_refund(fake, order):
+def test_a_notification_after_the_deadline_flags_a_refund(api, fake, order):
+    open_session(api, order)  # the transaction this shop issued
     fake.pay(order.pk, gross_amount=order.total)
     make_overdue(order)
 
@@ -357,7 +364,8 @@ def test_a_notification_after_the_deadline_flags_a_refund(fake, order):
 
 
 @pytest.mark.django_db
-def test_the_status_api_not_answering_asks_for_a_retry_and_changes_nothing(fake, order):
+def test_the_status_api_not_answering_asks_for_a_retry_and_changes_nothing(api, fake, order):
+    open_session(api, order)  # the transaction this shop issued
     fake.pay(order.pk, gross_amount=order.total)
     body = fake.notification(order.pk)
     fake.stall("status")
@@ -455,7 +463,9 @@ def test_a_settlement_notification_racing_the_sweeper_has_exactly_one_outcome(ma
         product = make_product(stock=50, price="129000.00")
         for _ in range(6):
             order = place_order(customer=customer, items=[(product.pk, 1)])
+            # A session stored before attempts were numbered: the gateway knows it by the bare order id.
             PaymentSession.objects.create(order=order, gateway="midtrans", ends_at=order.payment_expires_at)
+            GatewayTransaction.objects.create(gateway_order_id=str(order.pk), order=order, gateway="midtrans")
             fake.pay(order.pk, gross_amount=order.total)
             body = fake.notification(order.pk)
             make_overdue(order)

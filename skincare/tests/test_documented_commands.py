@@ -44,6 +44,7 @@ DOCUMENTED = {
         "manage.py remove_demo_data",
         "manage.py revoke_token",
         "manage.py sale_report",
+        "manage.py sequences_advance",
     )
 }
 

@@ -70,6 +70,10 @@ class Command(BaseCommand):
         )
         if p["to_reconcile"]:
             out(f"  to reconcile:    {p['to_reconcile']} expired without the gateway's word (reconcile_payments)")
+        if p["unmatched"]:
+            out(
+                f"  unmatched money: {p['unmatched']} payment(s) for transactions this shop did not issue (reconcile_payments)"
+            )
         out(f"  picture:         {path}")
         if report.audit:
             for violation in report.audit:
