@@ -80,7 +80,8 @@ MIDTRANS_SANDBOX_HOSTS = ("app.sandbox.midtrans.com", "api.sandbox.midtrans.com"
 @checks.register()
 def midtrans_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """With PAYMENT_GATEWAY=midtrans the server key must be set; in production it must not be a published value,
-    and neither Midtrans's sandbox (its URLs, an `SB-` key) unless MIDTRANS_ALLOW_SANDBOX says so (a staging shop)."""
+    neither Midtrans's sandbox (its URLs, an `SB-` key) unless MIDTRANS_ALLOW_SANDBOX says so (a staging shop), and
+    both base URLs must be https:// (the server key travels with every call)."""
     if settings.PAYMENT_GATEWAY != "midtrans":
         return []
     key = settings.MIDTRANS_SERVER_KEY
@@ -122,6 +123,16 @@ def midtrans_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
                 hint="Set MIDTRANS_SNAP_BASE_URL=https://app.midtrans.com, MIDTRANS_API_BASE_URL=https://api.midtrans.com "
                 "and the production server key, or MIDTRANS_ALLOW_SANDBOX=true on a staging shop.",
                 id="payments.E008",
+            )
+        )
+    plain = [url for url in urls if not url.lower().startswith("https://")]
+    if plain:
+        errors.append(
+            checks.Error(
+                f"A Midtrans base URL is not https:// ({', '.join(plain)}): every call sends the server key as its "
+                "HTTP Basic user, in clear over plain HTTP.",
+                hint="Set MIDTRANS_SNAP_BASE_URL and MIDTRANS_API_BASE_URL to Midtrans's https:// addresses.",
+                id="payments.E010",
             )
         )
     return errors

@@ -23,9 +23,10 @@ _SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 
 
-# Paths whose next segment is a credential: the payments app's signed sandbox link (a bearer secret for one order).
-# Logs print them with that segment replaced (the application's access line and gunicorn's access log).
-SECRET_PATH_PREFIXES = ("/v1/payments/sandbox/",)
+# Paths whose next segment is a credential: the payments app's signed links, the sandbox's page and the gateway's
+# payment page (each a bearer secret for one order). Logs print them with that segment replaced (the application's
+# access line, its log records and gunicorn's access and error logs).
+SECRET_PATH_PREFIXES = ("/v1/payments/sandbox/", "/v1/payments/pay/")
 _SECRET_PATH = re.compile("(" + "|".join(re.escape(p) for p in SECRET_PATH_PREFIXES) + r")[^/?#\s\"'<>]+")
 
 

@@ -3,6 +3,7 @@ page (one Snap session per order, closing before the reservation does), notifica
 replays, mismatches), the sweeper's question before it cancels, reconciliation, and the gateway not answering."""
 
 import json
+import logging
 from datetime import datetime, timedelta
 from decimal import Decimal
 from io import StringIO
@@ -139,6 +140,41 @@ def test_no_session_for_an_order_that_is_not_pending(api, fake, order):
 
     assert answer.status_code == 409 and answer.json()["code"] == "order_not_pending"
     assert fake.requests == []
+
+
+@pytest.mark.django_db
+def test_the_signed_payment_link_never_reaches_a_log(api, fake, order, caplog):
+    """The link is a bearer secret for one order: the access line, Django's own records (a 503's "Service
+    Unavailable: <path>") and gunicorn's access log print it redacted, as they do the sandbox's."""
+    import datetime
+
+    from gunicorn.config import Config
+
+    from skincare.logs import RedactingGunicornLogger, RedactSecretPathsFilter
+
+    caplog.set_level(logging.INFO)
+    link = pay_link(api, order)
+    token = link.rsplit("/", 1)[-1]
+    fake.stall("snap")
+    assert Client().get(link).status_code == 503
+    fake.stalled.clear()
+    assert Client().get(link).status_code == 302
+
+    access = [r for r in caplog.records if r.name == "skincare.access" and "/payments/pay/" in r.getMessage()]
+    assert [r.path for r in access] == ["/v1/payments/pay/<redacted>"] * 2
+    printed = []
+    for record in caplog.records:
+        RedactSecretPathsFilter().filter(record)  # the console handler's filter
+        printed.append(record.getMessage() + repr(getattr(record, "request", "")))
+    assert any("/v1/payments/pay/<redacted>" in line for line in printed if "Service Unavailable" in line)
+    assert all(token not in line for line in printed)
+
+    class Response:
+        status, sent, headers = "302 Found", 0, []
+
+    environ = {"REQUEST_METHOD": "GET", "RAW_URI": link, "PATH_INFO": link, "SERVER_PROTOCOL": "HTTP/1.1"}
+    atoms = RedactingGunicornLogger(Config()).atoms(Response(), [], environ, datetime.timedelta(0))
+    assert token not in repr(atoms) and atoms["r"] == "GET /v1/payments/pay/<redacted> HTTP/1.1"
 
 
 @pytest.mark.django_db
@@ -610,7 +646,12 @@ def test_production_refuses_a_published_key_and_the_sandbox_unless_asked_for(set
         MIDTRANS_API_BASE_URL="https://api.midtrans.com",
     ) == ["payments.E008"]
     assert check_ids(settings, **production, **live, MIDTRANS_SERVER_KEY=own_key) == []  # control: a live shop
+    plain = {"MIDTRANS_SNAP_BASE_URL": "http://app.midtrans.com", "MIDTRANS_API_BASE_URL": "https://api.midtrans.com"}
+    assert check_ids(settings, **production, **plain, MIDTRANS_SERVER_KEY=own_key) == ["payments.E010"]
+    plain = {"MIDTRANS_SNAP_BASE_URL": "https://app.midtrans.com", "MIDTRANS_API_BASE_URL": "HTTP://api.midtrans.com"}
+    assert check_ids(settings, **production, **plain, MIDTRANS_SERVER_KEY=own_key) == ["payments.E010"]
     settings.MIDTRANS_SNAP_BASE_URL = "https://app.sandbox.midtrans.com"
+    settings.MIDTRANS_API_BASE_URL = "https://api.sandbox.midtrans.com"
     assert check_ids(settings, MIDTRANS_ALLOW_SANDBOX=True) == []  # a staging shop asked for it
 
 
