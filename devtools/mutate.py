@@ -1073,6 +1073,26 @@ MUTATIONS = [
         ("payments/tests/test_midtrans.py::test_production_refuses_a_published_key_and_the_sandbox_unless_asked_for",),
     ),
     Mutation(
+        "ops-cancel-leaves-gateway-open",
+        "the admin's Cancel action cancels the order but leaves its Midtrans page payable",
+        "payments/admin.py",
+        "OrderPaymentsAdmin.cancel_order",
+        "sessions.session_close_after_cancel(order_id=order_id)",
+        "pass",
+        ("payments/tests/test_ops_cancel_closes_gateway.py::test_the_admins_cancel_closes_the_gateway_transaction",),
+    ),
+    Mutation(
+        "setup-cancel-leaves-gateway-open",
+        "flash_sale_setup cancels the pending orders but leaves their Midtrans pages payable",
+        "backoffice/management/commands/flash_sale_setup.py",
+        "_cancel_pending_orders",
+        "sessions.session_close_after_cancel(order_id=order_id)",
+        "pass",
+        (
+            "payments/tests/test_ops_cancel_closes_gateway.py::test_flash_sale_setup_closes_the_gateway_transaction_of_every_order_it_cancels",
+        ),
+    ),
+    Mutation(
         "sweeper-asks-no-gateway",
         "the sweeper cancels orders with a gateway session without asking the status API",
         "payments/sessions.py",

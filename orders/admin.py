@@ -75,12 +75,17 @@ class OrderAdmin(admin.ModelAdmin):
             link,
         )
 
+    def cancel_order(self, *, order_id: int) -> None:
+        """One order of the Cancel action (``ops_cancelled``); the payments app's admin also closes its gateway
+        transaction once the cancel has committed."""
+        services.order_cancel(order_id=order_id, reason=Order.CancelReason.OPS_CANCELLED)
+
     @admin.action(description="Cancel selected orders (return their stock)", permissions=["change"])
     def cancel_orders(self, request, queryset):
         cancelled, not_pending, failed = [], [], []
         for order_id in queryset.order_by("id").values_list("id", flat=True):
             try:
-                services.order_cancel(order_id=order_id, reason=Order.CancelReason.OPS_CANCELLED)
+                self.cancel_order(order_id=order_id)
             except OrderNotPending as exc:
                 not_pending.append(f"#{order_id} ({exc.status})")
             except (OrderNotFound, ServiceBusy) as exc:

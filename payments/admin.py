@@ -11,7 +11,7 @@ from django.http import HttpRequest
 
 from orders.admin import OrderAdmin
 from orders.models import Order
-from payments import services
+from payments import services, sessions
 from payments.models import NEEDS_OPS, PaymentAttempt, ProcessedEvent, UnmatchedPayment
 from skincare.admin_helpers import ReadOnlyAdminMixin, ReadOnlyInline
 
@@ -34,9 +34,14 @@ admin.site.unregister(Order)
 
 @admin.register(Order)
 class OrderPaymentsAdmin(OrderAdmin):
-    """The order admin with each order's payment attempts."""
+    """The order admin with each order's payment attempts; its Cancel action closes each cancelled order's gateway
+    transaction too, like a customer's cancel."""
 
     inlines = [*OrderAdmin.inlines, PaymentAttemptInline]
+
+    def cancel_order(self, *, order_id: int) -> None:
+        super().cancel_order(order_id=order_id)
+        sessions.session_close_after_cancel(order_id=order_id)  # committed: now the gateway, outside any transaction
 
 
 class NeedsOpsFilter(admin.SimpleListFilter):

@@ -163,8 +163,9 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
 
 
 def session_close_after_cancel(*, order_id: int) -> None:
-    """After a customer's cancel has committed: close the order's gateway transaction, if it has a session, so the
-    page cannot take money for a cancelled order (bounded; no answer → marked for reconcile_payments)."""
+    """After a cancel has committed (the customer's, the admin's Cancel action, ``flash_sale_setup``'s): close the
+    order's gateway transaction, if it has a session, so the page cannot take money for a cancelled order (bounded;
+    no answer → marked for reconcile_payments)."""
     if settings.PAYMENT_GATEWAY != "midtrans":
         return
     with connection.cursor() as cursor:

@@ -1,7 +1,7 @@
 """Put the flash-sale product back to its opening state through the services, so the ledger stays consistent.
 
 Cancels every pending order that holds the product (``ops_cancelled``: their reserved units go back to available
-with a ledger row each), then counts the product's available stock to ``--stock`` (default 1) with
+with a ledger row each, and each one's gateway transaction is closed like a customer's cancel), then counts the product's available stock to ``--stock`` (default 1) with
 ``stock_set_counted`` (reason note "flash sale setup"). Prints one line that the load tests parse: the highest
 order id at the end of the setup, so "orders created for the product since the setup" needs no clock.
 
@@ -36,6 +36,7 @@ from inventory.selectors import SALE_STATE_SQL, SECONDS_TO_START_SQL
 from orders import services as order_services
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order, Reservation
+from payments import sessions
 from skincare.db import db_now
 from skincare.errors import InvalidInput
 
@@ -128,7 +129,8 @@ def _refuse_bad_options(
 
 
 def _cancel_pending_orders(product_id: int) -> int:
-    """Cancel (``ops_cancelled``) every pending order that holds the product; returns how many."""
+    """Cancel (``ops_cancelled``) every pending order that holds the product, and close each one's gateway
+    transaction like a customer's cancel; returns how many."""
     pending = list(
         Order.objects.filter(
             status=Order.Status.PENDING_PAYMENT,
@@ -144,6 +146,7 @@ def _cancel_pending_orders(product_id: int) -> int:
         try:
             order_services.order_cancel(order_id=order_id, reason=Order.CancelReason.OPS_CANCELLED)
             cancelled += 1
+            sessions.session_close_after_cancel(order_id=order_id)  # committed: the gateway's page closes too
         except (OrderNotFound, OrderNotPending):
             pass  # paid, expired or cancelled meanwhile: it no longer holds stock
     return cancelled
