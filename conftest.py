@@ -23,16 +23,19 @@ BUCKETED = "bucketed"
 @pytest.fixture(autouse=True)
 def _fresh_sold_out_memory():
     from inventory import soldout
+    from payments import boundary
     from skincare import selectors
     from waitingroom import counters
 
     soldout.forget_all()
     selectors.forget_all()  # tokens remembered by this process (the demo token exists in many tests)
     counters.queue_counters_forget()  # the queues' counters this process read (a poll with a signed pass)
+    boundary.forget()  # the gateway boundary's breaker and calls in flight (payments.boundary)
     yield
     soldout.forget_all()
     selectors.forget_all()
     counters.queue_counters_forget()
+    boundary.forget()
 
 
 @pytest.fixture(autouse=True)

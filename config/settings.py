@@ -304,8 +304,14 @@ MIDTRANS_SNAP_BASE_URL = env("MIDTRANS_SNAP_BASE_URL", default="https://app.sand
 MIDTRANS_API_BASE_URL = env("MIDTRANS_API_BASE_URL", default="https://api.sandbox.midtrans.com")
 # Production refuses Midtrans's sandbox base URLs (payments.E007) unless this is set (a staging shop).
 MIDTRANS_ALLOW_SANDBOX = env_bool("MIDTRANS_ALLOW_SANDBOX", False)
-# Every call to Midtrans gives up after this many seconds (a session then answers 503 gateway_unavailable).
+# Every call to Midtrans is answered within this many seconds, whole (DNS, connect, TLS, request, every read), or
+# given up (a session then answers 503 gateway_unavailable): payments.boundary.
 MIDTRANS_TIMEOUT_SECONDS = env_int("MIDTRANS_TIMEOUT_SECONDS", 5, minimum=1)
+# The gateway boundary of each process (payments.boundary): at most this many calls in flight (one more is refused
+# at once); after this many failures in a row, no call for this many seconds (503 gateway_unavailable, Retry-After).
+GATEWAY_MAX_CALLS = env_int("GATEWAY_MAX_CALLS", 4, minimum=1)
+GATEWAY_BREAKER_FAILURES = env_int("GATEWAY_BREAKER_FAILURES", 5, minimum=1)
+GATEWAY_BREAKER_SECONDS = env_int("GATEWAY_BREAKER_SECONDS", 30, minimum=1)
 # A Snap session's custom_expiry and page_expiry end at least this long before the order's payment_expires_at
 # (database clock): room for Midtrans's clock, a payment being finished on the page and its notification. An order
 # with less time left gets no session (409 payment_window_closing).

@@ -40,6 +40,9 @@ class FakeMidtrans:
         self.snap_requests: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request, in order
         self.stalled: set[str] = set()  # "snap", "status", "expire"
+        # endpoint -> (bytes, interval): the answer is sent a few bytes at a time, one write per interval, so each
+        # read of the client is answered within its socket timeout while the whole answer takes longer.
+        self.dripping: dict[str, tuple[int, float]] = {}
         self.snap_order_ids: list[str] = []  # the order_id of every Snap transaction created, in order
         self.lose_snap_answers = 0  # the next N Snap transactions are created, then their answer is lost
         self.release = threading.Event()
@@ -69,6 +72,10 @@ class FakeMidtrans:
         """The ``order_id`` of the order's newest Snap transaction (``<order>-<attempt>``), or the order id alone."""
         ids = [i for i in self.snap_order_ids if i.partition("-")[0] == str(order_id)]
         return ids[-1] if ids else str(order_id)
+
+    def drip(self, endpoint: str, *, chunks: int, interval: float) -> None:
+        """``endpoint`` answers in ``chunks`` writes, ``interval`` seconds apart (a slow gateway, not a dead one)."""
+        self.dripping[endpoint] = (chunks, interval)
 
     def stall(self, *endpoints: str) -> None:
         """These endpoints stop answering until :attr:`release` is set (the shop's timeout fires first)."""
@@ -126,13 +133,21 @@ class FakeMidtrans:
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
-            def _answer(self, status: int, body: dict[str, Any]) -> None:
+            def _answer(self, status: int, body: dict[str, Any], endpoint: str = "") -> None:
                 raw = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
-                self.wfile.write(raw)
+                if endpoint not in fake.dripping:
+                    self.wfile.write(raw)
+                    return
+                chunks, interval = fake.dripping[endpoint]
+                size = -(-len(raw) // chunks)
+                for start in range(0, len(raw), size):
+                    self.wfile.write(raw[start : start + size])
+                    self.wfile.flush()
+                    fake.release.wait(interval)  # the fake's pace; the test releases it when it is done
 
             def _authorised(self) -> bool:
                 expected = "Basic " + base64.b64encode(f"{fake.server_key}:".encode()).decode()
@@ -184,7 +199,8 @@ class FakeMidtrans:
                             self._answer(200, {"status_code": "412", "status_message": "Cannot be updated."})
                             return
                         record.update(transaction_status="expire", status_code="407")
-                    self._answer(200, dict(record))
+                    answer = dict(record)
+                self._answer(200, answer, endpoint)
 
             def do_GET(self) -> None:
                 self._route("GET")

@@ -8,6 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models.functions import Now
@@ -18,6 +19,28 @@ from inventory.models import InventoryStrategy, Product, StockBucket, StockMovem
 from skincare.errors import InvalidInput
 
 Reason = StockMovement.Reason
+
+# The gateways that charge whole units only, with their rule: while one of them is PAYMENT_GATEWAY a price or sale
+# price with a fraction is refused here, where it is set (the product page, flash_sale_setup, the demo data), never
+# rounded or truncated on its way to the gateway.
+WHOLE_UNIT_GATEWAYS = {"midtrans": "Midtrans charges whole rupiah only (Snap's gross_amount is an integer)"}
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: its first letter upper-case (a gateway's name keeps its own), a full stop."""
+    return text[:1].upper() + text[1:] + "."
+
+
+def price_problem(*, field: str, value: Decimal | None) -> str | None:
+    """Why ``value`` cannot be a product's ``field`` (``price`` or ``sale_price``), or None when it can."""
+    if value is None:
+        return None
+    if value < 0:
+        return f"the {field.replace('_', ' ')} must not be negative"
+    rule = WHOLE_UNIT_GATEWAYS.get(settings.PAYMENT_GATEWAY)
+    if rule is not None and value != value.to_integral_value():
+        return f"the {field.replace('_', ' ')} {value} has a fraction: {rule}"
+    return None
 
 
 @transaction.atomic
@@ -34,9 +57,12 @@ def product_create(
     max_per_customer: int | None = None,
 ) -> Product:
     """Create a product with its stock row (bucket 0); initial stock is recorded in the ledger as a restock.
-    ``max_per_customer`` caps the units one customer may hold (None = no limit). ``stock_buckets_set`` spreads it."""
+    ``max_per_customer`` caps the units one customer may hold (None = no limit). ``stock_buckets_set`` spreads it.
+    A price the configured gateway cannot charge raises ``InvalidInput`` (:func:`price_problem`)."""
     if initial_stock < 0:
         raise StockWouldGoNegative(product_id=None, requested=initial_stock)
+    if problem := price_problem(field="price", value=price):
+        raise InvalidInput(sentence(problem), fields={"price": [problem]})
     fields: dict[str, Any] = {
         "sku": sku,
         "name": name,
@@ -74,14 +100,14 @@ def product_sale_set(
     problems = []
     if starts_at is not None and ends_at is not None and ends_at <= starts_at:
         problems.append("the sale must end after it starts")
-    if sale_price is not None and sale_price < 0:
-        problems.append("the sale price must not be negative")
+    if problem := price_problem(field="sale_price", value=sale_price):
+        problems.append(problem)
     if sale_price is not None and starts_at is None and ends_at is None:
         problems.append("a sale price needs a sale window (a start, an end or both)")
     if max_per_customer is not None and max_per_customer < 1:
         problems.append("max_per_customer must be at least 1 (or empty for no limit)")
     if problems:
-        raise InvalidInput("; ".join(problems).capitalize() + ".", fields={"sale": problems})
+        raise InvalidInput(sentence("; ".join(problems)), fields={"sale": problems})
     updated = Product.objects.filter(pk=product_id).update(
         sale_starts_at=starts_at,
         sale_ends_at=ends_at,

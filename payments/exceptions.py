@@ -64,3 +64,15 @@ class PaymentWindowClosing(DomainError):
     default_message = "Too little time is left to pay this order."
 
     order_id: int
+
+
+class AmountNotChargeable(DomainError):
+    """The order's total has a fraction and the gateway charges whole units only (the catalogue refuses such prices
+    now, ``inventory.catalogue.price_problem``; an order placed at one before the switch to that gateway cannot be
+    paid there, and is never charged a rounded amount)."""
+
+    code = "amount_not_chargeable"
+    http_status = 409
+    default_message = "This order's total cannot be charged by the payment gateway (it charges whole amounts only)."
+
+    order_id: int

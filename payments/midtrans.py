@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 
 from payments import gateway
+from payments.boundary import boundary
 from payments.exceptions import GatewayUnavailable, InvalidSignature
 from skincare.errors import InvalidInput
 
@@ -85,8 +86,13 @@ class MidtransGateway:
         )
 
     def _call(self, method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        """One request with the server key, bounded by the timeout: (HTTP status, JSON body). No answer, a 5xx or
-        a body that is not JSON raises GatewayUnavailable."""
+        """One request with the server key through this process's gateway boundary (``payments.boundary``: answered
+        whole within the timeout, a bulkhead, a circuit breaker): (HTTP status, JSON body). No answer, a 5xx or a
+        body that is not JSON raises GatewayUnavailable."""
+        return boundary().call(lambda: self._request(method, url, body), deadline=self.timeout)
+
+    def _request(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+        """The request itself (each socket operation bounded by the timeout too, so a thread given up on ends)."""
         auth = base64.b64encode(f"{self.server_key}:".encode()).decode()
         request = urllib.request.Request(  # noqa: S310 - the base URLs are settings (https in production)
             url,
@@ -123,9 +129,12 @@ class MidtransGateway:
         minutes = int((ends_at - now).total_seconds() // 60)
         if minutes < 1:
             raise ValueError("a Snap session lasts at least one minute")
+        if amount != amount.to_integral_value():
+            raise ValueError(f"Snap charges whole rupiah, not {amount}")  # never rounded or truncated
+        gross_amount = int(amount)
         body = {
-            "transaction_details": {"order_id": gateway_order_id, "gross_amount": int(amount)},
-            "item_details": [{"id": str(order_id), "price": int(amount), "quantity": 1, "name": f"Order {order_id}"}],
+            "transaction_details": {"order_id": gateway_order_id, "gross_amount": gross_amount},
+            "item_details": [{"id": str(order_id), "price": gross_amount, "quantity": 1, "name": f"Order {order_id}"}],
             "custom_expiry": {
                 "order_time": now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S +0000"),
                 "expiry_duration": minutes,

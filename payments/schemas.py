@@ -198,9 +198,11 @@ PAYMENT_PAGE = extend_schema(
             "The link is forged, altered or expired, or the order does not exist.", "not_found", "order_not_found"
         ),
         409: error(
-            "The order is no longer pending, or too little of its payment window is left.",
+            "The order is no longer pending, too little of its payment window is left, or its total has a fraction "
+            "Midtrans cannot charge (whole rupiah only).",
             "order_not_pending",
             "payment_window_closing",
+            "amount_not_chargeable",
         ),
         500: INTERNAL,
         503: error(

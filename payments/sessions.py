@@ -26,7 +26,7 @@ from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order
 from orders.selectors import OrderView
 from payments import gateway, sandbox, services
-from payments.exceptions import GatewayUnavailable, PaymentWindowClosing
+from payments.exceptions import AmountNotChargeable, GatewayUnavailable, PaymentWindowClosing
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
 
@@ -111,7 +111,8 @@ def session_ends_at(*, payment_expires_at: datetime) -> datetime:
 def payment_session_open(*, order_id: int, customer_id: int) -> str:
     """The gateway page of a customer's pending order: the stored one, or a new one created now (outside any
     transaction, bounded by MIDTRANS_TIMEOUT_SECONDS) and stored. Refuses an order that is not pending (409
-    order_not_pending) or has less than the margin left (409 payment_window_closing); a gateway that does not answer
+    order_not_pending), has less than the margin left (409 payment_window_closing) or a total the gateway cannot
+    charge (409 amount_not_chargeable: Midtrans charges whole rupiah); a gateway that does not answer
     is 503 gateway_unavailable and leaves the reservation as it is. Only with PAYMENT_GATEWAY=midtrans (the sandbox
     links to its own page): 404 otherwise."""
     if settings.PAYMENT_GATEWAY != "midtrans":
@@ -127,6 +128,8 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
         raise OrderNotPending(order_id=order_id, status=status)
     if stored_url:
         return stored_url
+    if total != total.to_integral_value():  # Midtrans charges whole rupiah: never a rounded amount
+        raise AmountNotChargeable(order_id=order_id)
     ends_at = session_ends_at(payment_expires_at=expires_at)
     if ends_at - now < timedelta(minutes=1):  # a Snap session lasts whole minutes
         raise PaymentWindowClosing(order_id=order_id)

@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 
+from inventory.catalogue import price_problem, sentence
 from inventory.models import Product
 
 # Every field the product page edits.
@@ -52,6 +53,19 @@ class ProductVersionForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk is not None:
             self.fields["loaded_version"].initial = version_of({f: getattr(self.instance, f) for f in VERSIONED_FIELDS})
+
+    def clean_price(self) -> Any:
+        return self._chargeable("price")
+
+    def clean_sale_price(self) -> Any:
+        return self._chargeable("sale_price")
+
+    def _chargeable(self, field: str) -> Any:
+        """The catalogue's rule on prices (``inventory.catalogue.price_problem``): the gateway's, by name."""
+        value = self.cleaned_data.get(field)
+        if problem := price_problem(field=field, value=value):
+            raise forms.ValidationError(sentence(problem))
+        return value
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean()

@@ -15,6 +15,7 @@ from django.test import Client
 
 from devtools.fake_midtrans import FakeMidtrans
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
+from inventory.models import Product
 from orders.models import Order, Reservation
 from payments import checks, services, sessions
 from payments.exceptions import GatewayUnavailable
@@ -175,6 +176,33 @@ def test_the_signed_payment_link_never_reaches_a_log(api, fake, order, caplog):
     environ = {"REQUEST_METHOD": "GET", "RAW_URI": link, "PATH_INFO": link, "SERVER_PROTOCOL": "HTTP/1.1"}
     atoms = RedactingGunicornLogger(Config()).atoms(Response(), [], environ, datetime.timedelta(0))
     assert token not in repr(atoms) and atoms["r"] == "GET /v1/payments/pay/<redacted> HTTP/1.1"
+
+
+@pytest.mark.django_db
+def test_a_total_with_a_fraction_is_never_charged_rounded(api, fake, make_product, customer):
+    """An order placed at a price with a fraction before the shop switched to Midtrans (the catalogue refuses such
+    prices now, inventory/tests/test_whole_prices.py): its payment page is 409 amount_not_chargeable and Snap is never
+    asked for 129000 instead of 129000.50. Snap's int() would have truncated it."""
+    product = make_product(stock=5, price="129000.00")
+    Product.objects.filter(pk=product.pk).update(price=Decimal("129000.50"))  # priced before the switch
+    order = place_order(customer=customer, items=[(product.pk, 1)])
+    assert order.total == Decimal("129000.50")
+
+    answer = Client().get(pay_link(api, order))
+
+    assert answer.status_code == 409 and answer.json()["code"] == "amount_not_chargeable"
+    assert answer.json()["order_id"] == order.pk
+    assert fake.requests == [] and not PaymentSession.objects.exists()
+    with pytest.raises(ValueError, match="whole rupiah"):
+        sessions.configured_gateway().session_create(
+            order_id=order.pk,
+            gateway_order_id=f"{order.pk}-x",
+            amount=order.total,
+            currency="IDR",
+            now=db_now(),
+            ends_at=db_now() + timedelta(minutes=5),
+        )
+    assert fake.snap_requests == []
 
 
 @pytest.mark.django_db

@@ -1,0 +1,139 @@
+"""The boundary every gateway call crosses: a whole-call deadline, a bulkhead and a circuit breaker, per process.
+
+- **Deadline.** A call (DNS, connect, TLS, the request, every read) is answered within the gateway's deadline
+  (``MIDTRANS_TIMEOUT_SECONDS``) or raises :class:`GatewayUnavailable`. A socket timeout bounds each read, not the call: a gateway that drips its
+  answer a byte at a time would hold the caller for as long as it likes. So the call runs on one of the boundary's
+  threads and the caller waits for it at most the deadline; a call given up on finishes (or times out) on its thread,
+  its answer unused.
+- **Bulkhead.** At most ``GATEWAY_MAX_CALLS`` calls of this process are in flight, counting those given up on and not
+  yet finished; one more is refused at once (:class:`GatewayUnavailable`, nothing sent), so a stalled gateway cannot
+  take every thread of the process, and the sweeper's questions are asked this many at a time.
+- **Circuit breaker.** After ``GATEWAY_BREAKER_FAILURES`` calls in a row failed (no answer, a 5xx, the deadline), the
+  gateway is not called for ``GATEWAY_BREAKER_SECONDS``: every call is refused at once with the seconds left as its
+  ``Retry-After``. Then one call is let through (half-open): its success closes the breaker, its failure opens it for
+  another period.
+
+A refusal is the same 503 ``gateway_unavailable`` as a gateway that did not answer: the buyer's reservation holds, a
+notification is retried by the gateway, the sweeper marks the order for reconciliation. The state is per process
+(``boundary()``, made again after a fork): each web worker and each sweeper learns of an outage on its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.conf import settings
+
+from payments.exceptions import GatewayUnavailable
+
+T = TypeVar("T")
+
+
+class Boundary:
+    def __init__(
+        self,
+        *,
+        max_calls: int,
+        breaker_failures: int,
+        breaker_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_calls = max_calls
+        self.breaker_failures = breaker_failures
+        self.breaker_seconds = breaker_seconds
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._failures = 0  # calls in a row that failed
+        self._open_until = -math.inf  # the breaker refuses every call until then
+        self._trial = False  # a half-open trial call is in flight
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_calls, thread_name_prefix="gateway")
+
+    def call(self, fn: Callable[[], T], *, deadline: float) -> T:
+        """``fn()`` (one request to the gateway) within ``deadline`` seconds, or GatewayUnavailable."""
+        trial = self._admit()
+        future = self._pool.submit(fn)
+        future.add_done_callback(self._release)
+        try:
+            result = future.result(timeout=deadline)
+        except concurrent.futures.TimeoutError:
+            self._record(ok=False, trial=trial)
+            raise GatewayUnavailable(f"The gateway did not answer within {deadline:g} s.") from None
+        except GatewayUnavailable:
+            self._record(ok=False, trial=trial)
+            raise
+        except BaseException:  # a refusal the gateway answered (4xx read as such by the caller) is an answer
+            self._record(ok=True, trial=trial)
+            raise
+        self._record(ok=True, trial=trial)
+        return result
+
+    def _admit(self) -> bool:
+        """Take a slot, or refuse: the breaker open (or its trial already in flight), or every slot taken. Returns
+        whether this call is the half-open trial."""
+        with self._lock:
+            now = self.clock()
+            trial = False
+            if self._failures >= self.breaker_failures:
+                if now < self._open_until or self._trial:
+                    wait = max(1, math.ceil(self._open_until - now))
+                    refused = GatewayUnavailable(
+                        f"The gateway failed {self._failures} times in a row; not asking it for {wait} s."
+                    )
+                    refused.retry_after = wait
+                    raise refused
+                trial = self._trial = True
+            if self._in_flight >= self.max_calls:
+                if trial:
+                    self._trial = False
+                raise GatewayUnavailable(f"{self.max_calls} calls to the gateway are already waiting for it.")
+            self._in_flight += 1
+            return trial
+
+    def _release(self, _future: concurrent.futures.Future[object]) -> None:
+        with self._lock:
+            self._in_flight -= 1
+
+    def _record(self, *, ok: bool, trial: bool) -> None:
+        with self._lock:
+            if trial:
+                self._trial = False
+            if ok:
+                self._failures = 0
+                return
+            self._failures += 1
+            if self._failures >= self.breaker_failures:
+                self._open_until = self.clock() + self.breaker_seconds
+
+
+_boundary: tuple[int, tuple[object, ...], Boundary] | None = None
+
+
+def boundary() -> Boundary:
+    """This process's boundary with the settings' bounds (a new one after a fork or when the settings change)."""
+    global _boundary
+    bounds = (
+        settings.GATEWAY_MAX_CALLS,
+        settings.GATEWAY_BREAKER_FAILURES,
+        settings.GATEWAY_BREAKER_SECONDS,
+    )
+    if _boundary is None or _boundary[0] != os.getpid() or _boundary[1] != bounds:
+        max_calls, failures, seconds = bounds
+        _boundary = (
+            os.getpid(),
+            bounds,
+            Boundary(max_calls=max_calls, breaker_failures=failures, breaker_seconds=seconds),
+        )
+    return _boundary[2]
+
+
+def forget() -> None:
+    """Start this process's boundary afresh: breaker closed, no call counted (the tests' isolation)."""
+    global _boundary
+    _boundary = None

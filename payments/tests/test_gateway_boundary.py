@@ -1,0 +1,188 @@
+"""The gateway boundary (``payments.boundary``): a whole-call deadline, a bulkhead and a circuit breaker, each with a
+control that shows the naive call failing the same test, against the Midtrans fake over real sockets."""
+
+import threading
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from devtools.fake_midtrans import FakeMidtrans
+from devtools.testing import make_overdue
+from orders.models import Order
+from payments import boundary, sessions
+from payments.exceptions import GatewayUnavailable
+from payments.models import PaymentSession
+from payments.testing import place_order
+from payments.tests.test_midtrans import open_session, pay_link
+
+DEADLINE = 0.5
+
+
+@pytest.fixture
+def fake(settings):
+    with FakeMidtrans() as server:
+        settings.PAYMENT_GATEWAY = "midtrans"
+        settings.MIDTRANS_SERVER_KEY = server.server_key
+        settings.MIDTRANS_SNAP_BASE_URL = settings.MIDTRANS_API_BASE_URL = server.base_url
+        settings.MIDTRANS_TIMEOUT_SECONDS = DEADLINE
+        settings.MIDTRANS_EXPIRY_MARGIN_SECONDS = 180
+        settings.GATEWAY_BREAKER_FAILURES = 2
+        settings.GATEWAY_BREAKER_SECONDS = 30
+        settings.GATEWAY_MAX_CALLS = 4
+        yield server
+
+
+def status_requests(fake):
+    return sum(1 for _method, path in fake.requests if path.endswith("/status"))
+
+
+# The whole-call deadline
+
+
+def test_a_gateway_that_drips_its_answer_is_given_up_at_the_deadline(fake):
+    """Each read is answered within the socket timeout, the whole answer takes 8 x 0.2 s: the call is given up at
+    the deadline. Control: the same request without the boundary (a socket timeout per read) waits for all of it."""
+    fake.pay(gateway_order_id="42-a", gross_amount="10.00")
+    fake.drip("status", chunks=8, interval=0.2)
+    gw = sessions.configured_gateway()
+
+    with pytest.raises(GatewayUnavailable, match=r"within 0\.5 s"):
+        gw.status_get(gateway_order_id="42-a")
+
+    status, body = gw._request("GET", f"{fake.base_url}/v2/42-a/status", None)  # control: no whole-call deadline
+    assert status == 200 and body["order_id"] == "42-a"
+
+
+# The circuit breaker
+
+
+def test_after_repeated_failures_the_gateway_is_not_asked_and_then_tried_again(fake):
+    fake.stall("status")
+    gw = sessions.configured_gateway()
+    for _ in range(2):
+        with pytest.raises(GatewayUnavailable):
+            gw.status_get(gateway_order_id="42-a")
+    asked = status_requests(fake)
+
+    with pytest.raises(GatewayUnavailable, match="2 times in a row") as refused:
+        gw.status_get(gateway_order_id="42-a")
+
+    assert status_requests(fake) == asked  # answered at once: nothing sent
+    assert 1 <= refused.value.retry_after <= 30
+    # The period passes (the boundary's clock moved on); the gateway answers again: one trial call closes it.
+    fake.stalled.clear()
+    fake.pay(gateway_order_id="42-a", gross_amount="10.00")
+    guard = boundary.boundary()
+    now = guard.clock()
+    guard.clock = lambda: now + 31
+    assert gw.status_get(gateway_order_id="42-a") is not None
+    assert gw.status_get(gateway_order_id="42-a") is not None
+    assert status_requests(fake) == asked + 2
+
+
+def test_control_without_the_breaker_every_call_waits_for_the_dead_gateway(fake, settings):
+    settings.GATEWAY_BREAKER_FAILURES = 1000
+    fake.stall("status")
+    gw = sessions.configured_gateway()
+    for _ in range(3):
+        with pytest.raises(GatewayUnavailable):
+            gw.status_get(gateway_order_id="42-a")
+    assert status_requests(fake) == 3
+
+
+@pytest.mark.django_db
+def test_an_open_breaker_answers_the_payment_page_at_once_and_the_reservation_holds(api, fake, make_product, customer):
+    order = place_order(customer=customer, items=[(make_product(stock=5, price="129000.00").pk, 1)])
+    link = pay_link(api, order)
+    fake.stall("snap")
+    assert [Client().get(link).status_code for _ in range(2)] == [503, 503]
+    snaps = len(fake.snap_requests)
+
+    answer = Client().get(link)
+
+    assert answer.status_code == 503 and answer.json()["code"] == "gateway_unavailable"
+    assert 1 <= int(answer["Retry-After"]) <= 30
+    assert len(fake.snap_requests) == snaps
+    order.refresh_from_db()
+    assert order.status == Order.Status.PENDING_PAYMENT and not PaymentSession.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_back(
+    api, fake, settings, make_product, customer
+):
+    """Six due orders with a payment page, the gateway dead: the sweeper asks until the breaker opens (2 questions),
+    then expires the rest unasked; every order expires and is marked for reconcile_payments. Control below."""
+    product = make_product(stock=10, price="129000.00")
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
+    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(6)]
+    for order in orders:
+        open_session(api, order)
+        make_overdue(order)
+    fake.stall("status")
+
+    call_command("expire_reservations", stdout=StringIO())
+
+    assert status_requests(fake) == 2
+    assert set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True)) == {"cancelled"}
+    assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 6
+
+
+@pytest.mark.django_db
+def test_control_without_the_breaker_the_sweep_waits_for_every_question(api, fake, settings, make_product, customer):
+    settings.GATEWAY_BREAKER_FAILURES = 1000
+    product = make_product(stock=10, price="129000.00")
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
+    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(4)]
+    for order in orders:
+        open_session(api, order)
+        make_overdue(order)
+    fake.stall("status")
+
+    call_command("expire_reservations", stdout=StringIO())
+
+    assert status_requests(fake) == 4
+
+
+# The bulkhead
+
+
+@pytest.mark.parametrize("max_calls", [2, 3])
+def test_calls_past_the_bulkhead_are_refused_at_once(fake, settings, max_calls):
+    """Two calls wait on a stalled gateway; with a bulkhead of 2 a third is refused without being sent. Control:
+    with room for 3 it is sent and waits like the others."""
+    settings.GATEWAY_MAX_CALLS = max_calls
+    settings.GATEWAY_BREAKER_FAILURES = 1000
+    settings.MIDTRANS_TIMEOUT_SECONDS = 10  # the waiting calls outlast the test's third call
+    fake.stall("status")
+    arrived = threading.Semaphore(0)
+    fake.on_request = lambda method, path: arrived.release()
+    gw = sessions.configured_gateway()
+    errors: list[BaseException] = []
+
+    def wait_on_the_gateway() -> None:
+        try:
+            gw.status_get(gateway_order_id="42-a")
+        except GatewayUnavailable as exc:
+            errors.append(exc)
+
+    waiting = [threading.Thread(target=wait_on_the_gateway) for _ in range(2)]
+    for thread in waiting:
+        thread.start()
+    assert arrived.acquire(timeout=10) and arrived.acquire(timeout=10)  # both are at the gateway
+
+    third = threading.Thread(target=wait_on_the_gateway)
+    third.start()
+    if max_calls == 2:
+        third.join(timeout=10)
+        assert not third.is_alive() and "already waiting" in str(errors[0])
+        assert status_requests(fake) == 2
+    else:
+        assert arrived.acquire(timeout=10)  # the control: the third call reached the stalled gateway too
+        assert status_requests(fake) == 3
+    fake.release.set()  # the gateway answers nothing and closes: every waiting call ends
+    for thread in [*waiting, third]:
+        thread.join(timeout=15)
+        assert not thread.is_alive()
