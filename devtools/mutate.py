@@ -1144,6 +1144,27 @@ MUTATIONS = [
         ("payments/tests/test_gateway_boundary.py::test_calls_past_the_bulkhead_are_refused_at_once",),
     ),
     Mutation(
+        "earlier-attempt-left-open",
+        "a new Snap attempt is created while the order's earlier one may still be live at the gateway",
+        "payments/sessions.py",
+        "payment_session_open",
+        "_earlier_attempts_close(gw, order_id=order_id, keep=gateway_order_id)",
+        "pass",
+        (
+            "payments/tests/test_one_live_transaction.py::test_a_new_attempt_is_created_only_after_the_earlier_one_is_closed_at_the_gateway",
+            "payments/tests/test_one_live_transaction.py::test_an_earlier_attempt_that_was_paid_pays_the_order_and_no_new_page_is_made",
+        ),
+    ),
+    Mutation(
+        "sweeper-asks-only-the-newest-transaction",
+        "the sweeper asks only about the order's newest gateway transaction, not every one it had",
+        "payments/sessions.py",
+        "sessions_check_due",
+        "for gateway_order_id in open_ids:",
+        "for gateway_order_id in open_ids[-1:]:",
+        ("payments/tests/test_one_live_transaction.py::test_the_sweeper_asks_about_every_transaction_the_order_had",),
+    ),
+    Mutation(
         "sweeper-asks-no-gateway",
         "the sweeper cancels orders with a gateway session without asking the status API",
         "payments/sessions.py",

@@ -155,6 +155,9 @@ class GatewayTransaction(models.Model):
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="+")
     gateway = models.CharField(max_length=20)
     created_at = models.DateTimeField(db_default=Now())
+    # When the shop knew it closed at the gateway (absent there, failed, expired by the shop, or its money applied):
+    # a new attempt for the order is created only once every earlier one is closed (payments.sessions).
+    closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "gateway_transactions"

@@ -29,6 +29,7 @@ from payments import gateway, sandbox, services
 from payments.exceptions import AmountNotChargeable, GatewayUnavailable, PaymentWindowClosing
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
+from payments.models import PaymentStatus
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +97,15 @@ RETURNING order_id
 STORED_SESSION_SQL = "SELECT redirect_url FROM payment_sessions WHERE order_id = %s"
 STORE_SESSION_SQL = "UPDATE payment_sessions SET token = %s, redirect_url = %s WHERE order_id = %s"
 RELEASE_CLAIM_SQL = "DELETE FROM payment_sessions WHERE order_id = %s AND redirect_url = ''"
-# The id the gateway knows a session's transaction by (the order id alone for a session stored without one).
-GATEWAY_ORDER_ID_SQL = "COALESCE(NULLIF(s.gateway_order_id, ''), s.order_id::text)"
-SESSION_GATEWAY_ORDER_ID_SQL = f"SELECT {GATEWAY_ORDER_ID_SQL} FROM payment_sessions s WHERE s.order_id = %s"
 # The order a gateway transaction id belongs to: only an id this shop issued names an order.
 ISSUED_ORDER_SQL = "SELECT order_id FROM gateway_transactions WHERE gateway_order_id = %s"
+# The order's gateway transactions not yet known closed, but one (the attempt being made now), oldest first.
+OPEN_TRANSACTIONS_SQL = """
+SELECT gateway_order_id FROM gateway_transactions
+ WHERE order_id = %s AND closed_at IS NULL AND gateway_order_id <> %s
+ ORDER BY created_at, gateway_order_id
+"""
+CLOSE_TRANSACTION_SQL = "UPDATE gateway_transactions SET closed_at = now() WHERE gateway_order_id = %s"
 
 
 def session_ends_at(*, payment_expires_at: datetime) -> datetime:
@@ -148,6 +153,8 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
             return stored[0]
         raise GatewayUnavailable("The payment page is being prepared; retry shortly.")
     try:
+        # One live transaction per order: every earlier attempt is known closed at the gateway first.
+        _earlier_attempts_close(gw, order_id=order_id, keep=gateway_order_id)
         session = gw.session_create(
             order_id=order_id,
             gateway_order_id=gateway_order_id,
@@ -165,22 +172,66 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
     return session.redirect_url
 
 
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """What closing one gateway transaction found: the gateway's word (``absent`` or a ``payments.gateway`` status)
+    and, for settled money, the outcome of applying it."""
+
+    word: str
+    outcome: str | None = None
+
+
+def _transaction_close(gw: Gateway, *, order_id: int, gateway_order_id: str, source: str) -> Closed:
+    """Ask the gateway about one of the order's transactions and close it: absent, failed or refunded there →
+    closed; still open → expired there, then closed; settled → its money applied to the order (``status_apply``:
+    taken before the deadline, since every page closes before it), then closed. No answer raises
+    GatewayUnavailable and leaves it open (asked again next time)."""
+    status = gw.status_get(gateway_order_id=gateway_order_id)
+    closed = Closed("absent" if status is None else status.status)
+    if status is not None and status.status == gateway.OPEN:
+        gw.transaction_expire(gateway_order_id=gateway_order_id)
+    elif status is not None and status.status == gateway.SETTLED:
+        outcome = status_apply(order_id=order_id, status=status, payload={"source": source}, settled_in_time=True)
+        closed = Closed(status.status, outcome)
+    with connection.cursor() as cursor:
+        cursor.execute(CLOSE_TRANSACTION_SQL, [gateway_order_id])
+    return closed
+
+
+def _earlier_attempts_close(gw: Gateway, *, order_id: int, keep: str) -> None:
+    """Before a new attempt is created: close every earlier transaction of the order (an attempt given up on may
+    have been created at the gateway). One settled there paid the order: no new page (409 order_not_pending)."""
+    with connection.cursor() as cursor:
+        cursor.execute(OPEN_TRANSACTIONS_SQL, [order_id, keep])
+        earlier = [row[0] for row in cursor.fetchall()]
+    for gateway_order_id in earlier:
+        closed = _transaction_close(gw, order_id=order_id, gateway_order_id=gateway_order_id, source="payment page")
+        if closed.word == gateway.SETTLED:
+            with connection.cursor() as cursor:
+                cursor.execute(CLOSE_TRANSACTION_SQL, [keep])  # never sent: nothing to close there
+                cursor.execute("SELECT status FROM orders WHERE id = %s", [order_id])
+                raise OrderNotPending(order_id=order_id, status=cursor.fetchone()[0])
+
+
 def session_close_after_cancel(*, order_id: int) -> None:
-    """After a cancel has committed (the customer's, the admin's Cancel action, ``flash_sale_setup``'s): close the
-    order's gateway transaction, if it has a session, so the page cannot take money for a cancelled order (bounded;
-    no answer → marked for reconcile_payments)."""
+    """After a cancel has committed (the customer's, the admin's Cancel action, ``flash_sale_setup``'s): close every
+    gateway transaction of the order not yet known closed, so no page can take money for a cancelled order (bounded;
+    no answer → the session is marked for reconcile_payments)."""
     if settings.PAYMENT_GATEWAY != "midtrans":
         return
     with connection.cursor() as cursor:
-        cursor.execute(SESSION_GATEWAY_ORDER_ID_SQL, [order_id])
-        row = cursor.fetchone()
-    if row is None:
-        return
-    try:
-        configured_gateway().transaction_expire(gateway_order_id=row[0])
-    except GatewayUnavailable:
-        logger.warning("the gateway did not answer the expiry of cancelled order %s", order_id)
-        _mark_for_reconciliation(order_id)
+        cursor.execute(OPEN_TRANSACTIONS_SQL, [order_id, ""])
+        open_ids = [row[0] for row in cursor.fetchall()]
+    gw = configured_gateway()
+    for gateway_order_id in open_ids:
+        try:
+            gw.transaction_expire(gateway_order_id=gateway_order_id)
+        except GatewayUnavailable:
+            logger.warning("the gateway did not answer the expiry of cancelled order %s", order_id)
+            _mark_for_reconciliation(order_id)
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(CLOSE_TRANSACTION_SQL, [gateway_order_id])
 
 
 def _event_id(status: gateway.TransactionStatus) -> str:
@@ -261,16 +312,22 @@ class SessionCheck:
 
 
 # Up to %(limit)s pending orders at their deadline with a gateway session, oldest deadline first, with the
-# database's clock.
-DUE_SESSIONS_SQL = f"""
-SELECT s.order_id, o.payment_expires_at, now(), {GATEWAY_ORDER_ID_SQL} FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+# database's clock and the order's gateway transactions not yet known closed.
+DUE_SESSIONS_SQL = """
+SELECT s.order_id, o.payment_expires_at, now(),
+       ARRAY(SELECT t.gateway_order_id FROM gateway_transactions t
+             WHERE t.order_id = s.order_id AND t.closed_at IS NULL ORDER BY t.created_at, t.gateway_order_id)
+FROM payment_sessions s JOIN orders o ON o.id = s.order_id
 WHERE o.status = %(pending)s AND o.payment_expires_at <= now()
 ORDER BY o.payment_expires_at, o.id
 LIMIT %(limit)s
 """
 # The rest of the due orders with a session that share the deadline of the last one DUE_SESSIONS_SQL returned.
-DUE_SESSION_TIES_SQL = f"""
-SELECT s.order_id, o.payment_expires_at, now(), {GATEWAY_ORDER_ID_SQL} FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+DUE_SESSION_TIES_SQL = """
+SELECT s.order_id, o.payment_expires_at, now(),
+       ARRAY(SELECT t.gateway_order_id FROM gateway_transactions t
+             WHERE t.order_id = s.order_id AND t.closed_at IS NULL ORDER BY t.created_at, t.gateway_order_id)
+FROM payment_sessions s JOIN orders o ON o.id = s.order_id
 WHERE o.status = %s AND o.payment_expires_at = %s AND o.id > %s
 ORDER BY o.id
 """
@@ -283,10 +340,10 @@ def _mark_for_reconciliation(order_id: int) -> None:
 
 
 def sessions_check_due(*, limit: int) -> SessionCheck:
-    """Before the sweeper cancels: ask the gateway about every due pending order that has a session, outside any
-    lock (autocommit), each call bounded by the gateway's timeout. Settled → paid (the money was taken before the
-    deadline: the session ended before it); still open → the gateway's transaction is expired first; no answer →
-    marked for reconciliation. At most ``limit`` orders per check; ``due_by`` is the instant up to which every due
+    """Before the sweeper cancels: ask the gateway about every transaction not yet known closed of every due pending
+    order that has a session, outside any lock (autocommit), each call through the gateway boundary. Settled → paid
+    (the money was taken before the deadline: the session ended before it); still open → expired there first; no
+    answer → marked for reconciliation. At most ``limit`` orders per check; ``due_by`` is the instant up to which every due
     order with a session was asked about (the database time of the question, or the deadline of the last one
     asked when there were more): the sweeper's batches then claim only orders due by then
     (``orders.services.orders_expire_due``), and with ``more`` it checks again."""
@@ -303,22 +360,17 @@ def sessions_check_due(*, limit: int) -> SessionCheck:
     if len(rows) < limit:
         check = SessionCheck(due_by=rows[0][2])
     else:  # more are due: ask about every order up to this deadline (its ties too), and the sweeper checks again
-        last_order, last_deadline, _now, _gateway_order_id = rows[-1]
+        last_order, last_deadline, _now, _open_ids = rows[-1]
         with connection.cursor() as cursor:
             cursor.execute(DUE_SESSION_TIES_SQL, [Order.Status.PENDING_PAYMENT.value, last_deadline, last_order])
             rows += cursor.fetchall()
         check = SessionCheck(due_by=last_deadline, more=True)
-    for order_id, _deadline, _now, gateway_order_id in rows:
+    for order_id, _deadline, _now, open_ids in rows:
         try:
-            status = gw.status_get(gateway_order_id=gateway_order_id)
-            if status is not None and status.status == gateway.SETTLED:
-                outcome = status_apply(
-                    order_id=order_id, status=status, payload={"source": "sweeper"}, settled_in_time=True
-                )
-                check.recovered += outcome == services.Outcome.PAID
-            elif status is not None and status.status == gateway.OPEN:
-                gw.transaction_expire(gateway_order_id=gateway_order_id)
-                check.expired += 1
+            for gateway_order_id in open_ids:  # every transaction the order ever had that is not known closed
+                closed = _transaction_close(gw, order_id=order_id, gateway_order_id=gateway_order_id, source="sweeper")
+                check.recovered += closed.outcome == services.Outcome.PAID
+                check.expired += closed.word == gateway.OPEN
         except GatewayUnavailable:
             logger.warning("sweeper: the gateway did not answer about order %s; it expires unconfirmed", order_id)
             _mark_for_reconciliation(order_id)
@@ -333,9 +385,14 @@ class Mismatch:
     detail: str
 
 
-# The orders with a gateway session opened since a time, with what the shop recorded.
-SESSIONS_SINCE_SQL = f"""
-SELECT s.order_id, o.status, o.total, o.currency, {GATEWAY_ORDER_ID_SQL}
+# The orders with a gateway session opened since a time, with what the shop recorded, every gateway transaction the
+# order ever had, and the gateway's reference of the charge that paid it.
+SESSIONS_SINCE_SQL = """
+SELECT s.order_id, o.status, o.total, o.currency,
+       ARRAY(SELECT t.gateway_order_id FROM gateway_transactions t
+              WHERE t.order_id = s.order_id ORDER BY t.created_at, t.gateway_order_id),
+       (SELECT a.provider_reference FROM payment_attempts a
+         WHERE a.order_id = s.order_id AND a.status = %s ORDER BY a.id LIMIT 1)
 FROM payment_sessions s JOIN orders o ON o.id = s.order_id
 WHERE s.created_at >= %s AND o.status <> %s
 ORDER BY s.order_id
@@ -344,26 +401,36 @@ ORDER BY s.order_id
 
 def payments_reconcile(*, since: datetime) -> list[Mismatch]:
     """Every order with a session opened since ``since`` and no longer pending, compared with the gateway's
-    status (one call each, bounded by the timeout; none inside a transaction)."""
+    status of every transaction it ever had (one call each, through the gateway boundary; none inside a
+    transaction): money settled there for a cancelled order, or for a paid one by another charge than the one that
+    paid it, is a refund to make; a
+    paid order with no settlement there, and a settlement of another amount, are mismatches too."""
     gw = configured_gateway()
     with connection.cursor() as cursor:
-        cursor.execute(SESSIONS_SINCE_SQL, [since, Order.Status.PENDING_PAYMENT.value])
+        cursor.execute(SESSIONS_SINCE_SQL, [PaymentStatus.SUCCEEDED.value, since, Order.Status.PENDING_PAYMENT.value])
         rows = cursor.fetchall()
     mismatches = []
-    for order_id, status, total, currency, gateway_order_id in rows:
+    for order_id, status, total, currency, gateway_order_ids, paid_by in rows:
         try:
-            there = gw.status_get(gateway_order_id=gateway_order_id)
+            statuses = [gw.status_get(gateway_order_id=gateway_order_id) for gateway_order_id in gateway_order_ids]
         except GatewayUnavailable as exc:
             mismatches.append(Mismatch(order_id, "unreachable", exc.message))
             continue
-        if there is None or there.status != gateway.SETTLED:
+        settled = [there for there in statuses if there is not None and there.status == gateway.SETTLED]
+        if not settled:
             if status == Order.Status.PAID:
-                word = "no transaction" if there is None else there.gateway_status
-                mismatches.append(Mismatch(order_id, "paid_not_settled", f"paid here, {word} there"))
+                words = [("no transaction" if there is None else there.gateway_status) for there in statuses]
+                mismatches.append(Mismatch(order_id, "paid_not_settled", f"paid here, {', '.join(words)} there"))
             continue
-        if status == Order.Status.CANCELLED:
-            mismatches.append(Mismatch(order_id, "refund_to_make", f"settled there ({there.amount} {there.currency})"))
-        if there.amount != Decimal(total) or there.currency != currency:
-            detail = f"{there.amount} {there.currency} there, {total} {currency} here"
-            mismatches.append(Mismatch(order_id, "amount_differs", detail))
+        # Money to return: every settlement of a cancelled order; of a paid one, every one but the charge that paid.
+        paying = next((t for t in settled if status == Order.Status.PAID and t.transaction_id == paid_by), None)
+        for there in settled:
+            if there is paying:
+                continue
+            detail = f"settled there ({there.amount} {there.currency}, transaction {there.gateway_order_id})"
+            mismatches.append(Mismatch(order_id, "refund_to_make", detail))
+        for there in settled:
+            if there.amount != Decimal(total) or there.currency != currency:
+                detail = f"{there.amount} {there.currency} there, {total} {currency} here"
+                mismatches.append(Mismatch(order_id, "amount_differs", detail))
     return mismatches
