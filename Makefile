@@ -20,7 +20,7 @@ export DJANGO_ENV
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench scaleout failover failover-deps haproxy-deps wrk-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue loadtest-wait
+.PHONY: help setup db migrate demo run test lint format stop loadtest bench payment-chaos scaleout failover failover-deps haproxy-deps wrk-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue loadtest-wait
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
@@ -34,6 +34,7 @@ help:
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
 	@echo "make deploy-rehearsal - a migration, a rolling release and a reload during a flash sale: zero failed requests"
 	@echo "make restore-rehearsal - WAL archive + backup (pgBackRest), a mistake during a sale, a restore to 1 s before it"
+	@echo "make payment-chaos - 200 orders paid through a misbehaving Midtrans fake: each ends paid once or cancelled"
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
@@ -167,6 +168,12 @@ loadtest-wait: demo
 # 8 minutes on two cores).
 bench: demo wrk-deps
 	$(PY) -m bench table
+
+# A flash sale of 200 units paid through the Midtrans fake while it injects latency, time-outs, 5xx, a stall and
+# duplicate, out-of-order, late, lost and foreign notifications, with one restart of the web tier; the proof that every
+# order ends paid exactly once or cancelled (devtools/payment_chaos.py; make test runs it with 30). About a minute.
+payment-chaos: demo
+	$(PY) -m devtools.payment_chaos
 
 # Mutation testing (docs/reliability.md): each protection removed in a scratch copy must turn its tests red.
 mutate: db

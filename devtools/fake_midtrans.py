@@ -11,7 +11,10 @@ so the shop's timeouts are exercised over real sockets. Like Midtrans, Snap refu
 import base64
 import itertools
 import json
+import secrets
+import sys
 import threading
+import traceback
 from collections.abc import Callable
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,12 +51,25 @@ class FakeMidtrans:
         self.release = threading.Event()
         # Called on the handling thread with (method, path) before each answer (a test's probe of the shop's state).
         self.on_request: Callable[[str, str], None] | None = None
+        # Called with the endpoint ("snap", "status", "expire") before each answer: None answers normally, "500" an
+        # internal error, ("wait", seconds) first waits that long (a slow or, past the shop's deadline, a timing-out
+        # gateway): the payment chaos proof's faults (devtools/payment_chaos.py).
+        self.chaos: Callable[[str], object] | None = None
+        self.snap_tokens: dict[str, str] = {}  # a Snap page's token -> its transaction's order_id
         self._ids = itertools.count(1)
+        self._instance = secrets.token_hex(3)
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
+        self.server.handle_error = self._handle_error  # type: ignore[method-assign]
         self.base_url = f"http://127.0.0.1:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, name="fake-midtrans", daemon=True)
+
+    @staticmethod
+    def _handle_error(request: object, client_address: object) -> None:
+        """A client that gave up (the shop's deadline) before the answer was written is no error of the fake's."""
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            traceback.print_exc()
 
     def __enter__(self) -> "FakeMidtrans":
         self._thread.start()
@@ -96,7 +112,8 @@ class FakeMidtrans:
         with self._lock:
             key = gateway_order_id or self.gateway_order_id(order_id)
             existing = self.transactions.get(key)
-            transaction_id = existing["transaction_id"] if existing else f"fake-tx-{next(self._ids)}"
+            # Unique across fakes, as Midtrans's are (a shop's database outlives one fake: its event ids name them).
+            transaction_id = existing["transaction_id"] if existing else f"fake-tx-{self._instance}-{next(self._ids)}"
             record = {
                 "status_code": STATUS_CODES.get(status, "200"),
                 "status_message": "Success, transaction is found",
@@ -170,6 +187,12 @@ class FakeMidtrans:
                 if endpoint in fake.stalled:
                     fake.release.wait(30)
                     return  # the client gave up long ago
+                fault = fake.chaos(endpoint) if fake.chaos is not None else None
+                if fault == "500":
+                    self._answer(500, {"status_code": "500", "status_message": "Internal server error (chaos)"})
+                    return
+                if isinstance(fault, tuple) and fault[0] == "wait":
+                    fake.release.wait(fault[1])
                 if not self._authorised():
                     self._answer(401, {"status_code": "401", "status_message": "Unauthorized"})
                     return
@@ -187,6 +210,7 @@ class FakeMidtrans:
                         fake.release.wait(30)
                         return  # created, and the client gave up long ago
                     token = f"snap-token-{next(fake._ids)}"
+                    fake.snap_tokens[token] = order_id
                     self._answer(201, {"token": token, "redirect_url": f"{fake.base_url}/snap/v4/redirection/{token}"})
                     return
                 with fake._lock:
