@@ -1128,7 +1128,7 @@ MUTATIONS = [
         "the gateway is asked again and again after repeated failures (no circuit breaker)",
         "payments/boundary.py",
         "Boundary._admit",
-        "if self._failures >= self.breaker_failures:",
+        "if breaker.failures >= self.breaker_failures:",
         "if False:",
         (
             "payments/tests/test_gateway_boundary.py::test_after_repeated_failures_the_gateway_is_not_asked_and_then_tried_again",
@@ -1169,7 +1169,7 @@ MUTATIONS = [
         "sweeper-asks-no-gateway",
         "the sweeper cancels orders with a gateway session without asking the status API",
         "payments/sessions.py",
-        "sessions_check_due",
+        "_transaction_close",
         "status = gw.status_get(gateway_order_id=gateway_order_id)",
         "status = None",
         (

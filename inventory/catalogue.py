@@ -31,10 +31,11 @@ def sentence(text: str) -> str:
     return text[:1].upper() + text[1:] + "."
 
 
-def price_problem(*, field: str, value: Decimal | None) -> str | None:
+def price_problem(*, field: str, value: Decimal | str | None) -> str | None:
     """Why ``value`` cannot be a product's ``field`` (``price`` or ``sale_price``), or None when it can."""
     if value is None:
         return None
+    value = Decimal(str(value))  # a price given as text ("129000.00") reads as that number
     if value < 0:
         return f"the {field.replace('_', ' ')} must not be negative"
     rule = WHOLE_UNIT_GATEWAYS.get(settings.PAYMENT_GATEWAY)

@@ -8,12 +8,14 @@
 - **Bulkhead.** At most ``GATEWAY_MAX_CALLS`` calls of this process are in flight, counting those given up on and not
   yet finished; one more is refused at once (:class:`GatewayUnavailable`, nothing sent), so a stalled gateway cannot
   take every thread of the process, and the sweeper's questions are asked this many at a time.
-- **Circuit breaker.** After ``GATEWAY_BREAKER_FAILURES`` calls in a row failed (no answer, a 5xx, the deadline), the
-  gateway is not called for ``GATEWAY_BREAKER_SECONDS``: every call is refused at once with the seconds left as its
+- **Circuit breaker**, one per endpoint (Midtrans's Snap and its Core API are separate services). After
+  ``GATEWAY_BREAKER_FAILURES`` calls to an endpoint in a row failed (no answer, a 5xx, the deadline), it is not called
+  for ``GATEWAY_BREAKER_SECONDS``: every call is refused at once with the seconds left as its
   ``Retry-After``. Then one call is let through (half-open): its success closes the breaker, its failure opens it for
   another period.
 
-A refusal is the same 503 ``gateway_unavailable`` as a gateway that did not answer: the buyer's reservation holds, a
+A refusal is the same 503 ``gateway_unavailable`` as a gateway that did not answer (marked ``sent = False``: the
+gateway never heard of it, so a payment page attempt it refused is no transaction to ask about later): the buyer's reservation holds, a
 notification is retried by the gateway, the sweeper marks the order for reconciliation. The state is per process
 (``boundary()``, made again after a fork): each web worker and each sweeper learns of an outage on its own.
 """
@@ -21,6 +23,7 @@ notification is retried by the gateway, the sweeper marks the order for reconcil
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import math
 import os
 import threading
@@ -50,66 +53,78 @@ class Boundary:
         self.clock = clock
         self._lock = threading.Lock()
         self._in_flight = 0
-        self._failures = 0  # calls in a row that failed
-        self._open_until = -math.inf  # the breaker refuses every call until then
-        self._trial = False  # a half-open trial call is in flight
+        self._breakers: dict[str, Breaker] = {}  # one per endpoint the caller names (Snap, the Core API)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_calls, thread_name_prefix="gateway")
 
-    def call(self, fn: Callable[[], T], *, deadline: float) -> T:
-        """``fn()`` (one request to the gateway) within ``deadline`` seconds, or GatewayUnavailable."""
-        trial = self._admit()
+    def call(self, fn: Callable[[], T], *, deadline: float, endpoint: str) -> T:
+        """``fn()`` (one request to the gateway's ``endpoint``) within ``deadline`` seconds, or GatewayUnavailable."""
+        breaker, trial = self._admit(endpoint)
         future = self._pool.submit(fn)
         future.add_done_callback(self._release)
         try:
             result = future.result(timeout=deadline)
         except concurrent.futures.TimeoutError:
-            self._record(ok=False, trial=trial)
+            self._record(breaker, ok=False, trial=trial)
             raise GatewayUnavailable(f"The gateway did not answer within {deadline:g} s.") from None
         except GatewayUnavailable:
-            self._record(ok=False, trial=trial)
+            self._record(breaker, ok=False, trial=trial)
             raise
         except BaseException:  # a refusal the gateway answered (4xx read as such by the caller) is an answer
-            self._record(ok=True, trial=trial)
+            self._record(breaker, ok=True, trial=trial)
             raise
-        self._record(ok=True, trial=trial)
+        self._record(breaker, ok=True, trial=trial)
         return result
 
-    def _admit(self) -> bool:
-        """Take a slot, or refuse: the breaker open (or its trial already in flight), or every slot taken. Returns
-        whether this call is the half-open trial."""
+    def _admit(self, endpoint: str) -> tuple[Breaker, bool]:
+        """Take a slot, or refuse: the endpoint's breaker open (or its trial already in flight), or every slot
+        taken. Returns the endpoint's breaker and whether this call is its half-open trial."""
         with self._lock:
+            breaker = self._breakers.setdefault(endpoint, Breaker())
             now = self.clock()
             trial = False
-            if self._failures >= self.breaker_failures:
-                if now < self._open_until or self._trial:
-                    wait = max(1, math.ceil(self._open_until - now))
+            if breaker.failures >= self.breaker_failures:
+                if now < breaker.open_until or breaker.trial:
+                    wait = max(1, math.ceil(breaker.open_until - now))
                     refused = GatewayUnavailable(
-                        f"The gateway failed {self._failures} times in a row; not asking it for {wait} s."
+                        f"The gateway's {endpoint} failed {breaker.failures} times in a row; not asking it for "
+                        f"{wait} s."
                     )
                     refused.retry_after = wait
+                    refused.sent = False  # type: ignore[attr-defined]
                     raise refused
-                trial = self._trial = True
+                trial = breaker.trial = True
             if self._in_flight >= self.max_calls:
                 if trial:
-                    self._trial = False
-                raise GatewayUnavailable(f"{self.max_calls} calls to the gateway are already waiting for it.")
+                    breaker.trial = False
+                refused = GatewayUnavailable(f"{self.max_calls} calls to the gateway are already waiting for it.")
+                refused.sent = False  # type: ignore[attr-defined]
+                raise refused
             self._in_flight += 1
-            return trial
+            return breaker, trial
 
     def _release(self, _future: concurrent.futures.Future[object]) -> None:
         with self._lock:
             self._in_flight -= 1
 
-    def _record(self, *, ok: bool, trial: bool) -> None:
+    def _record(self, breaker: Breaker, *, ok: bool, trial: bool) -> None:
         with self._lock:
             if trial:
-                self._trial = False
+                breaker.trial = False
             if ok:
-                self._failures = 0
+                breaker.failures = 0
                 return
-            self._failures += 1
-            if self._failures >= self.breaker_failures:
-                self._open_until = self.clock() + self.breaker_seconds
+            breaker.failures += 1
+            if breaker.failures >= self.breaker_failures:
+                breaker.open_until = self.clock() + self.breaker_seconds
+
+
+@dataclasses.dataclass
+class Breaker:
+    """One endpoint's circuit breaker (guarded by its boundary's lock)."""
+
+    failures: int = 0  # calls in a row that failed
+    open_until: float = -math.inf  # every call is refused until then
+    trial: bool = False  # a half-open trial call is in flight
 
 
 _boundary: tuple[int, tuple[object, ...], Boundary] | None = None

@@ -89,7 +89,8 @@ class MidtransGateway:
         """One request with the server key through this process's gateway boundary (``payments.boundary``: answered
         whole within the timeout, a bulkhead, a circuit breaker): (HTTP status, JSON body). No answer, a 5xx or a
         body that is not JSON raises GatewayUnavailable."""
-        return boundary().call(lambda: self._request(method, url, body), deadline=self.timeout)
+        endpoint = "snap" if url.startswith(self.snap_base_url + "/snap/") else "core api"
+        return boundary().call(lambda: self._request(method, url, body), deadline=self.timeout, endpoint=endpoint)
 
     def _request(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
         """The request itself (each socket operation bounded by the timeout too, so a thread given up on ends)."""

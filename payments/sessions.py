@@ -152,9 +152,11 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
         if stored is not None and stored[0]:
             return stored[0]
         raise GatewayUnavailable("The payment page is being prepared; retry shortly.")
+    sending = False
     try:
         # One live transaction per order: every earlier attempt is known closed at the gateway first.
         _earlier_attempts_close(gw, order_id=order_id, keep=gateway_order_id)
+        sending = True
         session = gw.session_create(
             order_id=order_id,
             gateway_order_id=gateway_order_id,
@@ -163,9 +165,11 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
             now=now,
             ends_at=ends_at,
         )
-    except BaseException:
+    except BaseException as exc:
         with connection.cursor() as cursor:
             cursor.execute(RELEASE_CLAIM_SQL, [order_id])
+            if not sending or not getattr(exc, "sent", True):  # the gateway never heard of this attempt
+                cursor.execute(CLOSE_TRANSACTION_SQL, [gateway_order_id])
         raise
     with connection.cursor() as cursor:
         cursor.execute(STORE_SESSION_SQL, [session.token, session.redirect_url, order_id])

@@ -13,7 +13,7 @@ from devtools.testing import make_overdue
 from orders.models import Order
 from payments import boundary, sessions
 from payments.exceptions import GatewayUnavailable
-from payments.models import PaymentSession
+from payments.models import GatewayTransaction, PaymentSession
 from payments.testing import place_order
 from payments.tests.test_midtrans import open_session, pay_link
 
@@ -32,6 +32,10 @@ def fake(settings):
         settings.GATEWAY_BREAKER_SECONDS = 30
         settings.GATEWAY_MAX_CALLS = 4
         yield server
+
+
+def snap_requests(fake):
+    return sum(1 for method, path in fake.requests if (method, path) == ("POST", "/snap/v1/transactions"))
 
 
 def status_requests(fake):
@@ -98,15 +102,19 @@ def test_an_open_breaker_answers_the_payment_page_at_once_and_the_reservation_ho
     link = pay_link(api, order)
     fake.stall("snap")
     assert [Client().get(link).status_code for _ in range(2)] == [503, 503]
-    snaps = len(fake.snap_requests)
+    assert snap_requests(fake) == 2  # both reached the stalled Snap; the Core API answered in between
 
     answer = Client().get(link)
 
     assert answer.status_code == 503 and answer.json()["code"] == "gateway_unavailable"
-    assert 1 <= int(answer["Retry-After"]) <= 30
-    assert len(fake.snap_requests) == snaps
+    assert 1 <= int(answer["Retry-After"]) <= 30 and "not asking it" in answer.json()["error"]
+    assert snap_requests(fake) == 2  # answered at once: Snap was not asked
     order.refresh_from_db()
     assert order.status == Order.Status.PENDING_PAYMENT and not PaymentSession.objects.exists()
+    # Nothing left to ask about: the two sent attempts were found absent by the next visit, and the refused one
+    # never reached the gateway.
+    issued = GatewayTransaction.objects.filter(order=order)
+    assert issued.count() == 3 and not issued.filter(closed_at=None).exists()
 
 
 @pytest.mark.django_db
