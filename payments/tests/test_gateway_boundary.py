@@ -8,7 +8,6 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from devtools.fake_midtrans import FakeMidtrans
 from devtools.testing import make_overdue
 from orders.models import Order
 from payments import boundary, sessions
@@ -17,21 +16,14 @@ from payments.models import GatewayTransaction, PaymentSession
 from payments.testing import place_order
 from payments.tests.test_midtrans import open_session, pay_link
 
-DEADLINE = 0.5
-
 
 @pytest.fixture
-def fake(settings):
-    with FakeMidtrans() as server:
-        settings.PAYMENT_GATEWAY = "midtrans"
-        settings.MIDTRANS_SERVER_KEY = server.server_key
-        settings.MIDTRANS_SNAP_BASE_URL = settings.MIDTRANS_API_BASE_URL = server.base_url
-        settings.MIDTRANS_TIMEOUT_SECONDS = DEADLINE
-        settings.MIDTRANS_EXPIRY_MARGIN_SECONDS = 180
-        settings.GATEWAY_BREAKER_FAILURES = 2
-        settings.GATEWAY_BREAKER_SECONDS = 30
-        settings.GATEWAY_MAX_CALLS = 4
-        yield server
+def fake(fake, settings):
+    """The payments tests' fake (conftest), with a breaker that opens after two failures in a row."""
+    settings.GATEWAY_BREAKER_FAILURES = 2
+    settings.GATEWAY_BREAKER_SECONDS = 30
+    settings.GATEWAY_MAX_CALLS = 4
+    return fake
 
 
 def snap_requests(fake):
@@ -117,18 +109,23 @@ def test_an_open_breaker_answers_the_payment_page_at_once_and_the_reservation_ho
     assert issued.count() == 3 and not issued.filter(closed_at=None).exists()
 
 
+def due_orders_with_pages(api, settings, product, customer, count):
+    """``count`` orders of one customer, each with its payment page open, all past their deadline."""
+    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
+    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(count)]
+    for order in orders:
+        open_session(api, order)
+        make_overdue(order)
+    return orders
+
+
 @pytest.mark.django_db
 def test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_back(
     api, fake, settings, make_product, customer
 ):
     """Six due orders with a payment page, the gateway dead: the sweeper asks until the breaker opens (2 questions),
     then expires the rest unasked; every order expires and is marked for reconcile_payments. Control below."""
-    product = make_product(stock=10, price="129000.00")
-    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
-    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(6)]
-    for order in orders:
-        open_session(api, order)
-        make_overdue(order)
+    orders = due_orders_with_pages(api, settings, make_product(stock=10, price="129000.00"), customer, 6)
     fake.stall("status")
 
     call_command("expire_reservations", stdout=StringIO())
@@ -141,12 +138,7 @@ def test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_bac
 @pytest.mark.django_db
 def test_control_without_the_breaker_the_sweep_waits_for_every_question(api, fake, settings, make_product, customer):
     settings.GATEWAY_BREAKER_FAILURES = 1000
-    product = make_product(stock=10, price="129000.00")
-    settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
-    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(4)]
-    for order in orders:
-        open_session(api, order)
-        make_overdue(order)
+    due_orders_with_pages(api, settings, make_product(stock=10, price="129000.00"), customer, 4)
     fake.stall("status")
 
     call_command("expire_reservations", stdout=StringIO())

@@ -14,25 +14,12 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from devtools.fake_midtrans import FakeMidtrans
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
 from payments.models import GatewayTransaction, PaymentAttempt, PaymentSession, UnmatchedPayment
 from payments.reporting import unmatched_payments_open
 from payments.testing import place_order
 from payments.tests.test_midtrans import NOTIFICATION_URL, notify, open_session, pay_link, reconcile, state
-
-
-@pytest.fixture
-def fake(settings):
-    with FakeMidtrans() as server:
-        settings.PAYMENT_GATEWAY = "midtrans"
-        settings.MIDTRANS_SERVER_KEY = server.server_key
-        settings.MIDTRANS_SNAP_BASE_URL = server.base_url
-        settings.MIDTRANS_API_BASE_URL = server.base_url
-        settings.MIDTRANS_TIMEOUT_SECONDS = 0.5
-        settings.MIDTRANS_EXPIRY_MARGIN_SECONDS = 180
-        yield server
 
 
 @pytest.fixture

@@ -8,24 +8,12 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from devtools.fake_midtrans import FakeMidtrans
 from devtools.testing import assert_invariants, make_overdue
 from orders.models import Order
 from payments import sessions
 from payments.models import GatewayTransaction, PaymentSession
 from payments.testing import place_order
 from payments.tests.test_midtrans import pay_link, reconcile
-
-
-@pytest.fixture
-def fake(settings):
-    with FakeMidtrans() as server:
-        settings.PAYMENT_GATEWAY = "midtrans"
-        settings.MIDTRANS_SERVER_KEY = server.server_key
-        settings.MIDTRANS_SNAP_BASE_URL = settings.MIDTRANS_API_BASE_URL = server.base_url
-        settings.MIDTRANS_TIMEOUT_SECONDS = 0.5
-        settings.MIDTRANS_EXPIRY_MARGIN_SECONDS = 180
-        yield server
 
 
 @pytest.fixture

@@ -8,22 +8,10 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from devtools.fake_midtrans import FakeMidtrans
 from orders.models import Order
 from payments.models import PaymentSession
 from payments.testing import place_order
 from payments.tests.test_midtrans import open_session
-
-
-@pytest.fixture
-def fake(settings):
-    with FakeMidtrans() as server:
-        settings.PAYMENT_GATEWAY = "midtrans"
-        settings.MIDTRANS_SERVER_KEY = server.server_key
-        settings.MIDTRANS_SNAP_BASE_URL = settings.MIDTRANS_API_BASE_URL = server.base_url
-        settings.MIDTRANS_TIMEOUT_SECONDS = 0.5
-        settings.MIDTRANS_EXPIRY_MARGIN_SECONDS = 180
-        yield server
 
 
 @pytest.fixture
