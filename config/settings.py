@@ -312,6 +312,9 @@ MIDTRANS_TIMEOUT_SECONDS = env_int("MIDTRANS_TIMEOUT_SECONDS", 5, minimum=1)
 GATEWAY_MAX_CALLS = env_int("GATEWAY_MAX_CALLS", 4, minimum=1)
 GATEWAY_BREAKER_FAILURES = env_int("GATEWAY_BREAKER_FAILURES", 5, minimum=1)
 GATEWAY_BREAKER_SECONDS = env_int("GATEWAY_BREAKER_SECONDS", 30, minimum=1)
+# A sweep asks the gateway about its due orders at once (GATEWAY_MAX_CALLS at a time) and waits at most this long for
+# all the answers; an order still unanswered expires unconfirmed and is marked for reconcile_payments.
+GATEWAY_SWEEP_SECONDS = env_int("GATEWAY_SWEEP_SECONDS", 30, minimum=1)
 # A Snap session's custom_expiry and page_expiry end at least this long before the order's payment_expires_at
 # (database clock): room for Midtrans's clock, a payment being finished on the page and its notification. An order
 # with less time left gets no session (409 payment_window_closing).

@@ -1132,7 +1132,7 @@ MUTATIONS = [
         "if False:",
         (
             "payments/tests/test_gateway_boundary.py::test_after_repeated_failures_the_gateway_is_not_asked_and_then_tried_again",
-            "payments/tests/test_gateway_boundary.py::test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_back",
+            "payments/tests/test_gateway_boundary.py::test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_back[protected]",
         ),
     ),
     Mutation(
@@ -1166,12 +1166,30 @@ MUTATIONS = [
         ("payments/tests/test_one_live_transaction.py::test_the_sweeper_asks_about_every_transaction_the_order_had",),
     ),
     Mutation(
+        "sweep-asks-one-at-a-time",
+        "the sweeper asks the gateway about its due orders one at a time",
+        "payments/sessions.py",
+        "_statuses_ask",
+        "max_workers=settings.GATEWAY_MAX_CALLS",
+        "max_workers=1",
+        ("payments/tests/test_gateway_boundary.py::test_the_sweeper_asks_its_questions_at_once[4]",),
+    ),
+    Mutation(
+        "sweep-unbounded",
+        "a sweep waits for every question to the gateway however long it takes (no bound on the sweep)",
+        "payments/sessions.py",
+        "_statuses_ask",
+        "timeout=settings.GATEWAY_SWEEP_SECONDS",
+        "timeout=None",
+        ("payments/tests/test_gateway_boundary.py::test_a_sweep_waits_for_the_gateway_no_longer_than_its_bound",),
+    ),
+    Mutation(
         "sweeper-asks-no-gateway",
         "the sweeper cancels orders with a gateway session without asking the status API",
         "payments/sessions.py",
-        "_transaction_close",
-        "status = gw.status_get(gateway_order_id=gateway_order_id)",
-        "status = None",
+        "_statuses_ask",
+        "answers[gateway_order_id] = future.result()",
+        "answers[gateway_order_id] = None",
         (
             "payments/tests/test_midtrans.py::test_the_sweeper_recovers_a_lost_notification",
             "payments/tests/test_midtrans.py::test_the_sweeper_expires_an_open_transaction_first_then_the_order",

@@ -8,13 +8,14 @@ session once (:func:`payment_session_open`, stored in ``payment_sessions``) and 
 money for a reservation that is over.
 """
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
 import secrets
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core import signing as django_signing
@@ -185,12 +186,21 @@ class Closed:
     outcome: str | None = None
 
 
-def _transaction_close(gw: Gateway, *, order_id: int, gateway_order_id: str, source: str) -> Closed:
-    """Ask the gateway about one of the order's transactions and close it: absent, failed or refunded there →
-    closed; still open → expired there, then closed; settled → its money applied to the order (``status_apply``:
-    taken before the deadline, since every page closes before it), then closed. No answer raises
-    GatewayUnavailable and leaves it open (asked again next time)."""
-    status = gw.status_get(gateway_order_id=gateway_order_id)
+NOT_ASKED = object()  # _transaction_close's "ask the gateway yourself" (None is an answer: no such transaction)
+
+
+def _transaction_close(
+    gw: Gateway, *, order_id: int, gateway_order_id: str, source: str, asked: object = NOT_ASKED
+) -> Closed:
+    """Ask the gateway about one of the order's transactions (unless ``asked`` is its answer already) and close it:
+    absent, failed or refunded there → closed; still open → expired there, then closed; settled → its money applied
+    to the order (``status_apply``: taken before the deadline, since every page closes before it), then closed. No
+    answer raises GatewayUnavailable and leaves it open (asked again next time)."""
+    status = (
+        gw.status_get(gateway_order_id=gateway_order_id)
+        if asked is NOT_ASKED
+        else cast(gateway.TransactionStatus | None, asked)
+    )
     closed = Closed("absent" if status is None else status.status)
     if status is not None and status.status == gateway.OPEN:
         gw.transaction_expire(gateway_order_id=gateway_order_id)
@@ -343,9 +353,36 @@ def _mark_for_reconciliation(order_id: int) -> None:
         cursor.execute(MARK_FOR_RECONCILIATION_SQL, [order_id])
 
 
+Answer = gateway.TransactionStatus | GatewayUnavailable | None
+
+
+def _statuses_ask(gw: Gateway, gateway_order_ids: list[str]) -> dict[str, Answer]:
+    """The gateway's word on each transaction, asked ``GATEWAY_MAX_CALLS`` at a time (the boundary's bulkhead), all
+    within ``GATEWAY_SWEEP_SECONDS``: a question not answered by then is GatewayUnavailable (a sweep during an
+    outage ends on time; the questions still in flight end at their own deadline, their answers unused). Only HTTP
+    runs on the threads: what an answer changes is applied by the caller, on its own connection."""
+    answers: dict[str, Answer] = {}
+    if not gateway_order_ids:
+        return answers
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=settings.GATEWAY_MAX_CALLS, thread_name_prefix="sweep")
+    futures = {pool.submit(gw.status_get, gateway_order_id=g): g for g in gateway_order_ids}
+    done, _late = concurrent.futures.wait(futures, timeout=settings.GATEWAY_SWEEP_SECONDS)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for future, gateway_order_id in futures.items():
+        if future not in done:
+            answers[gateway_order_id] = GatewayUnavailable("Not answered within the sweep's bound.")
+            continue
+        try:
+            answers[gateway_order_id] = future.result()
+        except GatewayUnavailable as exc:
+            answers[gateway_order_id] = exc
+    return answers
+
+
 def sessions_check_due(*, limit: int) -> SessionCheck:
     """Before the sweeper cancels: ask the gateway about every transaction not yet known closed of every due pending
-    order that has a session, outside any lock (autocommit), each call through the gateway boundary. Settled → paid
+    order that has a session, outside any lock (autocommit), all at once up to the boundary's bulkhead and within the
+    sweep's bound (:func:`_statuses_ask`). Settled → paid
     (the money was taken before the deadline: the session ended before it); still open → expired there first; no
     answer → marked for reconciliation. At most ``limit`` orders per check; ``due_by`` is the instant up to which every due
     order with a session was asked about (the database time of the question, or the deadline of the last one
@@ -369,10 +406,16 @@ def sessions_check_due(*, limit: int) -> SessionCheck:
             cursor.execute(DUE_SESSION_TIES_SQL, [Order.Status.PENDING_PAYMENT.value, last_deadline, last_order])
             rows += cursor.fetchall()
         check = SessionCheck(due_by=last_deadline, more=True)
+    answers = _statuses_ask(gw, [gateway_order_id for *_, open_ids in rows for gateway_order_id in open_ids])
     for order_id, _deadline, _now, open_ids in rows:
         try:
             for gateway_order_id in open_ids:  # every transaction the order ever had that is not known closed
-                closed = _transaction_close(gw, order_id=order_id, gateway_order_id=gateway_order_id, source="sweeper")
+                answer = answers[gateway_order_id]
+                if isinstance(answer, GatewayUnavailable):
+                    raise answer
+                closed = _transaction_close(
+                    gw, order_id=order_id, gateway_order_id=gateway_order_id, source="sweeper", asked=answer
+                )
                 check.recovered += closed.outcome == services.Outcome.PAID
                 check.expired += closed.word == gateway.OPEN
         except GatewayUnavailable:

@@ -119,31 +119,28 @@ def due_orders_with_pages(api, settings, product, customer, count):
     return orders
 
 
+def answers_500(endpoint):
+    return "500" if endpoint == "status" else None
+
+
 @pytest.mark.django_db
+@pytest.mark.parametrize("breaker_failures", [2, 1000], ids=["protected", "control-no-breaker"])
 def test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_back(
-    api, fake, settings, make_product, customer
+    api, fake, settings, make_product, customer, breaker_failures
 ):
-    """Six due orders with a payment page, the gateway dead: the sweeper asks until the breaker opens (2 questions),
-    then expires the rest unasked; every order expires and is marked for reconcile_payments. Control below."""
+    """Six due orders with a payment page, the Core API answering 500, one question at a time: the sweeper asks
+    until the breaker opens (2 questions), then expires the rest unasked; every order expires and is marked for
+    reconcile_payments. Control: without the breaker every one of the six is asked."""
+    settings.GATEWAY_MAX_CALLS = 1
+    settings.GATEWAY_BREAKER_FAILURES = breaker_failures
     orders = due_orders_with_pages(api, settings, make_product(stock=10, price="129000.00"), customer, 6)
-    fake.stall("status")
+    fake.chaos = answers_500
 
     call_command("expire_reservations", stdout=StringIO())
 
-    assert status_requests(fake) == 2
+    assert status_requests(fake) == (2 if breaker_failures == 2 else 6)
     assert set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True)) == {"cancelled"}
     assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 6
-
-
-@pytest.mark.django_db
-def test_control_without_the_breaker_the_sweep_waits_for_every_question(api, fake, settings, make_product, customer):
-    settings.GATEWAY_BREAKER_FAILURES = 1000
-    due_orders_with_pages(api, settings, make_product(stock=10, price="129000.00"), customer, 4)
-    fake.stall("status")
-
-    call_command("expire_reservations", stdout=StringIO())
-
-    assert status_requests(fake) == 4
 
 
 # The bulkhead
@@ -186,3 +183,55 @@ def test_calls_past_the_bulkhead_are_refused_at_once(fake, settings, max_calls):
     for thread in [*waiting, third]:
         thread.join(timeout=15)
         assert not thread.is_alive()
+
+
+# The sweep's questions: at once, and within a bound
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("max_calls", [4, 1])
+def test_the_sweeper_asks_its_questions_at_once(api, fake, settings, make_product, customer, max_calls):
+    """Four due orders paid there, notifications lost: the fake answers a status question only once four are waiting
+    together (a barrier), so only a sweep that asks them at once recovers the money. Control: one question at a
+    time, each answered 500 when the barrier breaks, and every order expires unconfirmed."""
+    settings.GATEWAY_MAX_CALLS = max_calls
+    settings.GATEWAY_BREAKER_FAILURES = 1000
+    orders = due_orders_with_pages(api, settings, make_product(stock=10, price="129000.00"), customer, 4)
+    for order in orders:
+        fake.pay(order.pk, gross_amount=order.total)
+    together = threading.Barrier(4, timeout=0.3)
+
+    def wait_for_the_others(endpoint):
+        if endpoint != "status":
+            return None
+        try:
+            together.wait()
+        except threading.BrokenBarrierError:
+            return "500"
+        return None
+
+    fake.chaos = wait_for_the_others
+
+    call_command("expire_reservations", stdout=StringIO())
+
+    statuses = set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True))
+    assert statuses == ({"paid"} if max_calls == 4 else {"cancelled"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_waits_for_the_gateway_no_longer_than_its_bound(api, fake, settings, make_product, customer):
+    """Every question would wait 30 s for a stalled gateway; the sweep gives them up at GATEWAY_SWEEP_SECONDS (1 s),
+    expires the orders unconfirmed and marks them, and ends long before any question's own deadline."""
+    settings.MIDTRANS_TIMEOUT_SECONDS = 30
+    settings.GATEWAY_SWEEP_SECONDS = 1
+    orders = due_orders_with_pages(api, settings, make_product(stock=10, price="129000.00"), customer, 3)
+    fake.stall("status")
+    swept = threading.Thread(target=lambda: call_command("expire_reservations", stdout=StringIO()))
+
+    swept.start()
+    swept.join(timeout=15)
+
+    assert not swept.is_alive()  # a sweep bounded by its own 30 s questions would still be waiting
+    fake.release.set()
+    assert set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True)) == {"cancelled"}
+    assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 3
