@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from devtools.testing import make_overdue
+from devtools.testing import assert_invariants, make_overdue
 from orders.models import Order
 from payments import boundary, sessions
 from payments.exceptions import GatewayUnavailable
@@ -103,6 +103,7 @@ def test_an_open_breaker_answers_the_payment_page_at_once_and_the_reservation_ho
     assert snap_requests(fake) == 2  # answered at once: Snap was not asked
     order.refresh_from_db()
     assert order.status == Order.Status.PENDING_PAYMENT and not PaymentSession.objects.exists()
+    assert_invariants()
     # Nothing left to ask about: the two sent attempts were found absent by the next visit, and the refused one
     # never reached the gateway.
     issued = GatewayTransaction.objects.filter(order=order)
@@ -141,6 +142,7 @@ def test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_bac
     assert status_requests(fake) == (2 if breaker_failures == 2 else 6)
     assert set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True)) == {"cancelled"}
     assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 6
+    assert_invariants()
 
 
 # The bulkhead
@@ -216,6 +218,7 @@ def test_the_sweeper_asks_its_questions_at_once(api, fake, settings, make_produc
 
     statuses = set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True))
     assert statuses == ({"paid"} if max_calls == 4 else {"cancelled"})
+    assert_invariants()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -235,3 +238,4 @@ def test_a_sweep_waits_for_the_gateway_no_longer_than_its_bound(api, fake, setti
     fake.release.set()
     assert set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True)) == {"cancelled"}
     assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 3
+    assert_invariants()

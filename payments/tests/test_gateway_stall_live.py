@@ -20,6 +20,7 @@ import pytest
 
 from devtools.fake_midtrans import FakeMidtrans
 from devtools.processes import Gunicorn
+from devtools.testing import assert_invariants
 from payments.testing import place_order
 from skincare.tests.test_metrics import _url as database_url_for_children
 
@@ -96,6 +97,7 @@ def test_a_stalled_gateway_leaves_the_catalogue_as_fast_as_before(make_product, 
             done.set()
             for thread in threads:
                 thread.join(timeout=120)
+    assert_invariants()
     assert {status for status, _ in pages} == {503}  # Snap never answered: every page visit is an honest 503
     assert {status for status, _ in during} == {200}
     slowest = max(seconds for _, seconds in during)

@@ -14,6 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+from devtools.testing import assert_invariants
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
 from payments.models import GatewayTransaction, PaymentAttempt, PaymentSession, UnmatchedPayment
@@ -83,6 +84,7 @@ def test_money_for_a_transaction_the_shop_did_not_issue_pays_no_order_and_needs_
     fake.pay(bob.pk, gross_amount=bob.total)
     paid = notify(fake.notification(bob.pk))
     assert paid.json() == {"status": "paid", "order_id": bob.pk}
+    assert_invariants()
 
 
 @pytest.mark.django_db
