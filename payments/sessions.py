@@ -107,6 +107,7 @@ SELECT gateway_order_id FROM gateway_transactions
  ORDER BY created_at, gateway_order_id
 """
 CLOSE_TRANSACTION_SQL = "UPDATE gateway_transactions SET closed_at = now() WHERE gateway_order_id = %s"
+ORDER_STATUS_SQL = "SELECT status FROM orders WHERE id = %s"
 
 
 def session_ends_at(*, payment_expires_at: datetime) -> datetime:
@@ -220,10 +221,9 @@ def _earlier_attempts_close(gw: Gateway, *, order_id: int, keep: str) -> None:
         earlier = [row[0] for row in cursor.fetchall()]
     for gateway_order_id in earlier:
         closed = _transaction_close(gw, order_id=order_id, gateway_order_id=gateway_order_id, source="payment page")
-        if closed.word == gateway.SETTLED:
+        if closed.word == gateway.SETTLED:  # the caller closes ``keep``, which was never sent
             with connection.cursor() as cursor:
-                cursor.execute(CLOSE_TRANSACTION_SQL, [keep])  # never sent: nothing to close there
-                cursor.execute("SELECT status FROM orders WHERE id = %s", [order_id])
+                cursor.execute(ORDER_STATUS_SQL, [order_id])
                 raise OrderNotPending(order_id=order_id, status=cursor.fetchone()[0])
 
 
