@@ -1,5 +1,6 @@
 """Locks on orders and then their reservations (steps 5 and 6 of the lock order in docs/locking.md)."""
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from django.contrib.auth.models import User
@@ -19,21 +20,22 @@ def lock_order(*, order_id: int, customer: User | None = None) -> Order | None:
     return qs.first()
 
 
-def lock_due_orders(*, limit: int, due_by: datetime | None = None) -> list[Order]:
+def lock_due_orders(*, limit: int, due_by: datetime | None = None, skip: Sequence[int] = ()) -> list[Order]:
     """Claim up to ``limit`` pending orders whose payment window closed by the database clock (by ``due_by`` when
-    given: the instant up to which the caller has asked the payment gateway about them). Rows that another
-    transaction holds (a payment, a cancel, another sweeper) are skipped, not waited for."""
+    given: the instant up to which the caller has asked the payment gateway about them), but none in ``skip``. Rows
+    that another transaction holds (a payment, a cancel, another sweeper) are skipped, not waited for."""
     require_transaction()
     return list(
         Order.objects.raw(
             """
             SELECT id, payment_expires_at FROM orders
             WHERE status = %s AND payment_expires_at <= LEAST(now(), %s::timestamptz)
+              AND id <> ALL(%s::bigint[])
             ORDER BY id
             LIMIT %s
             FOR NO KEY UPDATE SKIP LOCKED
             """,
-            [Order.Status.PENDING_PAYMENT.value, due_by, limit],
+            [Order.Status.PENDING_PAYMENT.value, due_by, list(skip), limit],
         )
     )
 

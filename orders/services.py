@@ -9,6 +9,7 @@ statement of ``inventory.reserve``.
 """
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -154,11 +155,12 @@ class SweepBatch(TransitionResult):
 
 @retry_transient
 @transaction.atomic
-def orders_expire_due(*, batch_size: int = 200, due_by: datetime | None = None) -> SweepBatch:
+def orders_expire_due(*, batch_size: int = 200, due_by: datetime | None = None, skip: Sequence[int] = ()) -> SweepBatch:
     """One sweeper batch: claim due pending orders with SKIP LOCKED, expire their reservations, return the
     units with one summed update per product (ascending id), cancel the orders (payment_timeout). ``due_by``: only
-    orders due by then (the sweeper asked the payment gateway about those; ``payments.sessions``)."""
-    due = lock_due_orders(limit=batch_size, due_by=due_by)
+    orders due by then (the sweeper asked the payment gateway about those; ``payments.sessions``); ``skip``: never
+    these (another sweeper is asking the gateway about them, and cancels them itself)."""
+    due = lock_due_orders(limit=batch_size, due_by=due_by, skip=skip)
     if not due:
         return SweepBatch()
     oldest = min(order.payment_expires_at for order in due if order.payment_expires_at is not None)

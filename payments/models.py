@@ -134,6 +134,10 @@ class PaymentSession(models.Model):
     created_at = models.DateTimeField(db_default=Now())
     # The sweeper expired the order without the gateway's word (it did not answer): reconcile_payments looks.
     needs_reconciliation = models.BooleanField(db_default=False)
+    # A sweeper's lease on asking the gateway about this order (``payments.sessions.sessions_check_due``): until then
+    # no other sweeper asks about it or cancels it. Empty: nobody holds it.
+    sweep_lease_until = models.DateTimeField(null=True, blank=True)
+    sweep_lease_by = models.CharField(max_length=32, blank=True, db_default="")
 
     class Meta:
         db_table = "payment_sessions"

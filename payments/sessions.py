@@ -13,13 +13,14 @@ import dataclasses
 import json
 import logging
 import secrets
+import uuid
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
 from django.conf import settings
 from django.core import signing as django_signing
-from django.db import connection
+from django.db import connection, transaction
 from django.http import Http404, HttpRequest
 from django.urls import reverse
 
@@ -31,6 +32,7 @@ from payments.exceptions import AmountNotChargeable, GatewayUnavailable, Payment
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
 from payments.models import PaymentStatus
+from skincare.locks import advisory_xact_lock
 
 logger = logging.getLogger(__name__)
 
@@ -323,27 +325,38 @@ class SessionCheck:
     recovered: int = 0  # settled there: the lost notification applied
     expired: int = 0  # still open there: the gateway transaction expired before the order
     unreachable: int = 0  # no answer: the order expires anyway, marked for reconciliation
+    elsewhere: list[int] = dataclasses.field(default_factory=list)  # due, leased to another sweeper: not ours to cancel
 
 
-# Up to %(limit)s pending orders at their deadline with a gateway session, oldest deadline first, with the
-# database's clock and the order's gateway transactions not yet known closed.
-DUE_SESSIONS_SQL = """
-SELECT s.order_id, o.payment_expires_at, now(),
-       ARRAY(SELECT t.gateway_order_id FROM gateway_transactions t
-             WHERE t.order_id = s.order_id AND t.closed_at IS NULL ORDER BY t.created_at, t.gateway_order_id)
-FROM payment_sessions s JOIN orders o ON o.id = s.order_id
-WHERE o.status = %(pending)s AND o.payment_expires_at <= now()
-ORDER BY o.payment_expires_at, o.id
-LIMIT %(limit)s
+# A sweeper's lease on the gateway questions of up to %(limit)s due pending orders with a session that no live
+# lease holds, oldest deadline first (with every order sharing the last one's deadline), for %(lease)s seconds:
+# with each, its deadline, the database's clock and its gateway transactions not yet known closed. Runs after the
+# sweepers' lease key (docs/locking.md, step 0), so it sees every lease taken before it.
+DUE_SESSIONS_LEASE_SQL = """
+WITH due AS (
+    SELECT s.order_id, o.payment_expires_at FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+    WHERE o.status = %(pending)s AND o.payment_expires_at <= now()
+      AND (s.sweep_lease_until IS NULL OR s.sweep_lease_until <= now())
+), cut AS (
+    SELECT max(payment_expires_at) AS last_deadline
+    FROM (SELECT payment_expires_at FROM due ORDER BY payment_expires_at, order_id LIMIT %(limit)s) first
+)
+UPDATE payment_sessions s
+   SET sweep_lease_until = now() + make_interval(secs => %(lease)s), sweep_lease_by = %(sweeper)s
+  FROM due, cut
+ WHERE s.order_id = due.order_id AND due.payment_expires_at <= cut.last_deadline
+RETURNING s.order_id, due.payment_expires_at, now(),
+          ARRAY(SELECT t.gateway_order_id FROM gateway_transactions t
+                WHERE t.order_id = s.order_id AND t.closed_at IS NULL ORDER BY t.created_at, t.gateway_order_id)
 """
-# The rest of the due orders with a session that share the deadline of the last one DUE_SESSIONS_SQL returned.
-DUE_SESSION_TIES_SQL = """
-SELECT s.order_id, o.payment_expires_at, now(),
-       ARRAY(SELECT t.gateway_order_id FROM gateway_transactions t
-             WHERE t.order_id = s.order_id AND t.closed_at IS NULL ORDER BY t.created_at, t.gateway_order_id)
-FROM payment_sessions s JOIN orders o ON o.id = s.order_id
-WHERE o.status = %s AND o.payment_expires_at = %s AND o.id > %s
-ORDER BY o.id
+# The database's clock, and the due pending orders another sweeper's live lease holds: it asks about them, and it
+# alone cancels them.
+LEASED_ELSEWHERE_SQL = """
+SELECT now(), ARRAY(
+    SELECT s.order_id FROM payment_sessions s JOIN orders o ON o.id = s.order_id
+    WHERE o.status = %(pending)s AND o.payment_expires_at <= now()
+      AND s.sweep_lease_until > now() AND s.sweep_lease_by <> %(sweeper)s
+    ORDER BY s.order_id)
 """
 MARK_FOR_RECONCILIATION_SQL = "UPDATE payment_sessions SET needs_reconciliation = true WHERE order_id = %s"
 
@@ -379,35 +392,50 @@ def _statuses_ask(gw: Gateway, gateway_order_ids: list[str]) -> dict[str, Answer
     return answers
 
 
-def sessions_check_due(*, limit: int) -> SessionCheck:
+@transaction.atomic
+def _due_sessions_lease(
+    *, limit: int, sweeper: str
+) -> tuple[list[tuple[int, datetime, list[str]]], datetime, list[int]]:
+    """Lease the next due orders with a session for ``sweeper`` (:data:`DUE_SESSIONS_LEASE_SQL`, oldest deadline
+    first), after the sweepers' lease key: returns them (order, deadline, open transactions), the database's clock,
+    and the due orders another sweeper's live lease holds."""
+    advisory_xact_lock(space="sweeper_lease", idents=[1])
+    params: dict[str, str | int] = {
+        "pending": Order.Status.PENDING_PAYMENT.value,
+        "limit": limit,
+        "lease": 2 * settings.GATEWAY_SWEEP_SECONDS,
+        "sweeper": sweeper,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(DUE_SESSIONS_LEASE_SQL, params)
+        leased = [(order_id, deadline, open_ids) for order_id, deadline, _now, open_ids in cursor.fetchall()]
+        cursor.execute(LEASED_ELSEWHERE_SQL, params)
+        now, elsewhere = cursor.fetchone()
+    leased.sort(key=lambda row: (row[1], row[0]))  # oldest deadline first
+    return leased, now, elsewhere
+
+
+def sessions_check_due(*, limit: int, sweeper: str | None = None) -> SessionCheck:
     """Before the sweeper cancels: ask the gateway about every transaction not yet known closed of every due pending
     order that has a session, outside any lock (autocommit), all at once up to the boundary's bulkhead and within the
     sweep's bound (:func:`_statuses_ask`). Settled → paid
     (the money was taken before the deadline: the session ended before it); still open → expired there first; no
-    answer → marked for reconciliation. At most ``limit`` orders per check; ``due_by`` is the instant up to which every due
-    order with a session was asked about (the database time of the question, or the deadline of the last one
-    asked when there were more): the sweeper's batches then claim only orders due by then
+    answer → marked for reconciliation. At most ``limit`` orders per check (with the ties of the last deadline), each
+    leased to ``sweeper`` for twice the sweep's bound first, so two sweepers never ask about the same order;
+    ``due_by`` is the instant up to which every due order with a session was asked about (the database time of the
+    question, or the deadline of the last one asked when there were more), and ``elsewhere`` the due orders another
+    sweeper is asking about: the sweeper's batches then claim only orders due by then and not elsewhere
     (``orders.services.orders_expire_due``), and with ``more`` it checks again."""
     if settings.PAYMENT_GATEWAY == "sandbox":
         return SessionCheck()
     gw = configured_gateway()
-    with connection.cursor() as cursor:
-        cursor.execute(DUE_SESSIONS_SQL, {"pending": Order.Status.PENDING_PAYMENT.value, "limit": limit})
-        rows = cursor.fetchall()
-    if not rows:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT now()")
-            return SessionCheck(due_by=cursor.fetchone()[0])
-    if len(rows) < limit:
-        check = SessionCheck(due_by=rows[0][2])
-    else:  # more are due: ask about every order up to this deadline (its ties too), and the sweeper checks again
-        last_order, last_deadline, _now, _open_ids = rows[-1]
-        with connection.cursor() as cursor:
-            cursor.execute(DUE_SESSION_TIES_SQL, [Order.Status.PENDING_PAYMENT.value, last_deadline, last_order])
-            rows += cursor.fetchall()
-        check = SessionCheck(due_by=last_deadline, more=True)
-    answers = _statuses_ask(gw, [gateway_order_id for *_, open_ids in rows for gateway_order_id in open_ids])
-    for order_id, _deadline, _now, open_ids in rows:
+    leased, now, elsewhere = _due_sessions_lease(limit=limit, sweeper=sweeper or uuid.uuid4().hex)
+    if len(leased) < limit:
+        check = SessionCheck(due_by=now, elsewhere=elsewhere)
+    else:  # more are due: every order up to this deadline (its ties too) was leased; the sweeper checks again
+        check = SessionCheck(due_by=leased[-1][1], more=True, elsewhere=elsewhere)
+    answers = _statuses_ask(gw, [gateway_order_id for *_, open_ids in leased for gateway_order_id in open_ids])
+    for order_id, _deadline, open_ids in leased:
         try:
             for gateway_order_id in open_ids:  # every transaction the order ever had that is not known closed
                 answer = answers[gateway_order_id]

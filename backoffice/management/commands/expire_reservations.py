@@ -7,6 +7,7 @@ probe."""
 import signal
 import threading
 import time
+import uuid
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -93,6 +94,8 @@ class Command(BaseCommand):
         if audit_every < 0:
             raise CommandError("--audit-every must not be negative")
         stop = stop_event if stop_event is not None else threading.Event()
+        # This run's name on the orders it leases to ask the gateway about (payments.sessions.sessions_check_due).
+        self.sweeper = uuid.uuid4().hex
         # The handlers go in before anything is printed: a supervisor that sends SIGTERM as soon as the worker
         # speaks must get a clean stop, not the default kill.
         previous_handlers = install_stop_handlers(stop) if loop else {}
@@ -160,12 +163,12 @@ class Command(BaseCommand):
         asked = SessionCheck()
         while not stop.is_set():
             # The payment gateway's word first, outside any lock (paid there → paid here); then the batches claim
-            # only the orders due by the time it was asked.
-            check = sessions_check_due(limit=batch_size)
+            # only the orders due by the time it was asked, and none that another sweeper is asking about.
+            check = sessions_check_due(limit=batch_size, sweeper=self.sweeper)
             asked.recovered += check.recovered
             asked.expired += check.expired
             asked.unreachable += check.unreachable
-            batch = services.orders_expire_due(batch_size=batch_size, due_by=check.due_by)
+            batch = services.orders_expire_due(batch_size=batch_size, due_by=check.due_by, skip=check.elsewhere)
             if not batch.orders:
                 if check.more and check.recovered:
                     continue  # every order asked about was paid there: ask about the next ones
