@@ -362,9 +362,10 @@ def check_statements(sql: list[str]) -> list[Finding]:
             _, at = _after_options(statement, _skip(statement, 1, "VERBOSE"))
             add(_name_at(statement, at)[0] or "every clustered table", f"{REWRITE} (CLUSTER)", statement)
         elif head == "REINDEX":
-            _, at = _after_options(statement, 1)
-            if "CONCURRENTLY" not in statement:
-                kind = statement[at] if at < len(statement) else ""
+            options, at = _after_options(statement, 1)
+            kind = statement[at] if at < len(statement) else ""
+            concurrently = _option_on(options, "CONCURRENTLY") or statement[at + 1 : at + 2] == ["CONCURRENTLY"]
+            if not concurrently:
                 add(_name_at(statement, at + 1)[0], f"{INDEX_BUILD} (REINDEX {kind})", statement)
         elif head in ("LOCK", "TRUNCATE"):
             at = _skip(statement, 1, "TABLE", "ONLY")

@@ -169,6 +169,11 @@ REFUSED_WITH_SAFE_TWIN = {
         "table rewrite or lock",
     ),
     "REINDEX": ("REINDEX INDEX orders_pkey", "REINDEX INDEX CONCURRENTLY orders_pkey", "index built"),
+    "REINDEX with an option list": (
+        "REINDEX (CONCURRENTLY false, VERBOSE) TABLE orders",
+        "REINDEX (VERBOSE, CONCURRENTLY) TABLE orders",
+        "index built",
+    ),
     "DELETE": (
         "DELETE FROM orders WHERE total = 0",
         "CREATE TABLE orders_probe (id integer); DELETE FROM orders_probe WHERE id = 0",
