@@ -13,9 +13,9 @@ table that existed before the migration must take its lock only for a moment; wh
   added column;
 - whole-table rewrites and locks: ``VACUUM FULL`` (or ``VACUUM (FULL)``), ``CLUSTER``, ``SET TABLESPACE``,
   ``SET LOGGED / UNLOGGED``, ``LOCK TABLE``, ``TRUNCATE``;
-- data changes: an ``UPDATE`` / ``DELETE`` / ``MERGE`` / ``INSERT ... SELECT`` on an existing table (a ``WITH`` in
-  front included), and every ``RunPython`` except the two shapes of :mod:`skincare.data_migrations` (in batches, or
-  refused above a stated table size).
+- data changes: an ``UPDATE`` / ``DELETE`` / ``MERGE`` / ``INSERT ... SELECT`` / ``COPY ... FROM`` on an existing
+  table (a ``WITH`` in front included), every ``RunPython`` except the two shapes of :mod:`skincare.data_migrations`
+  (in batches, or refused above a stated table size), and code the guard cannot read (``DO`` blocks, ``CALL``).
 
 Tables created earlier in the same migration are empty: anything goes on them.
 
@@ -205,6 +205,7 @@ VOLATILE = "column with a volatile default"
 REWRITE = "table rewrite or lock"
 DATA_CHANGE = "data change of an existing table in a migration"
 PYTHON = "data migration in Python (RunPython, neither batched nor bounded: skincare.data_migrations)"
+UNREADABLE = "code the guard cannot read"
 
 
 def _default_is_volatile(column: list[str]) -> bool:
@@ -371,6 +372,10 @@ def check_statements(sql: list[str]) -> list[Finding]:
             at = _skip(statement, 1, "TABLE", "ONLY")
             for target in _split_top_level(statement[at:]):
                 add(_name_at(target, 0)[0], f"{REWRITE} ({head})", statement)
+        elif head in ("DO", "CALL"):  # a procedural block or procedure: it may write anything
+            findings.append(Finding("(unknown: procedural code)", f"{UNREADABLE} ({head})", text(statement)))
+        elif head == "COPY" and "FROM" in statement:
+            add(_name_at(statement, 1)[0], f"{DATA_CHANGE} (COPY FROM)", statement)
         for name, verb in _writes(statement):
             add(name, f"{DATA_CHANGE} ({verb})", statement)
     return findings
