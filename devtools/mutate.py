@@ -1494,7 +1494,10 @@ MUTATIONS = [
         "migration_timeouts",
         "connection_created.connect(on_connect, weak=False)",
         "pass",
-        ("skincare/tests/test_migrate_command.py::test_a_connection_opened_during_the_migration_gets_its_bounds",),
+        (
+            "skincare/tests/test_migrate_command.py::test_a_connection_opened_during_the_migration_gets_its_bounds",
+            "skincare/tests/test_migrate_command.py::test_the_migrate_command_bounds_the_connection_it_opens_itself",
+        ),
     ),
     Mutation(
         "migration-no-statement-timeout",

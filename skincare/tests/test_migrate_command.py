@@ -157,3 +157,22 @@ def test_control_without_a_migration_statement_timeout_the_same_statement_runs(s
     with migration_timeouts("default"), connection.cursor() as cursor:
         cursor.execute("SELECT pg_sleep(0.5), current_setting('statement_timeout')")
         assert cursor.fetchone()[1] == "0"
+
+
+def test_the_migrate_command_bounds_the_connection_it_opens_itself(settings):
+    """End to end: ``manage.py migrate`` from a process with no connection open yet. Every statement it sends about
+    the migrations (the recorder's table) runs under MIGRATION_LOCK_TIMEOUT_MS, read from the server as it runs."""
+    settings.MIGRATION_LOCK_TIMEOUT_MS = 123
+    seen = []
+
+    def spy(execute, sql, params, many, context):
+        if "django_migrations" in sql:
+            with context["connection"].connection.cursor() as raw:  # psycopg's own cursor: not wrapped again
+                raw.execute("SELECT current_setting('lock_timeout')")
+                seen.append(raw.fetchone()[0])
+        return execute(sql, params, many, context)
+
+    connection.close()
+    with connection.execute_wrapper(spy):
+        call_command("migrate", verbosity=0)
+    assert seen and set(seen) == {"123ms"}, seen
