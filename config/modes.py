@@ -7,7 +7,9 @@ started without ``DJANGO_ENV`` is production whatever ``.env`` says (`make run` 
 ``development`` themselves; the commands typed beside them export it too, README's "Try it"). In development the
 file may still carry development values; when it has a ``DJANGO_ENV=`` line, its last one must say ``development``
 too: one that says anything else refuses to start (an appended ``production`` line is a mistake to stop at, not a
-line to ignore). Production never reads ``.env``. The production image sets ``DJANGO_ENV=production`` itself
+line to ignore). A shell's ``export DJANGO_ENV=...`` counts like the bare line, and a line that names ``DJANGO_ENV``
+in any other shape (``export DJANGO_ENV``, ``DJANGO_ENV: production``) refuses to start rather than be skipped.
+Production never reads ``.env``. The production image sets ``DJANGO_ENV=production`` itself
 (``Dockerfile``).
 
 Plain functions only: ``config.settings`` calls this before Django is set up.
@@ -24,10 +26,12 @@ DEVELOPMENT = "development"
 MODES = (PRODUCTION, DEVELOPMENT)
 VARIABLE = "DJANGO_ENV"
 _LINE = re.compile(r"^\s*(?:export\s+)?DJANGO_ENV\s*=\s*(.*?)\s*$")
+_NAMED = re.compile(r"^\s*(?!#).*\bDJANGO_ENV\b")  # a line (not a comment) that names the variable
 
 
 def dot_env_value(path: Path | None) -> str | None:
-    """The value of the last ``DJANGO_ENV=`` line of ``path`` (quotes removed), or None (no file, no line)."""
+    """The value of the last ``DJANGO_ENV=`` (or ``export DJANGO_ENV=``) line of ``path`` (quotes removed), or None
+    (no file, no line); ImproperlyConfigured for a line that names the variable in another shape."""
     if path is None:
         return None
     try:
@@ -35,8 +39,13 @@ def dot_env_value(path: Path | None) -> str | None:
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         return None
     value = None
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), start=1):
         match = _LINE.match(line)
+        if match is None and _NAMED.match(line):
+            raise ImproperlyConfigured(
+                f"line {number} of {path} names {VARIABLE} but is not `{VARIABLE}=value`: refusing to start rather "
+                f"than skip it. Write it as `{VARIABLE}=...` or remove it (only the environment selects the mode)."
+            )
         if match:
             value = match.group(1)
             if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":

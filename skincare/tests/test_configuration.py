@@ -98,3 +98,15 @@ def test_the_longest_poll_is_the_longest_the_admissions_ttl_allows(monkeypatch: 
     assert _settings(monkeypatch, ADMISSION_TTL_SECONDS="60")["QUEUE_POLL_MAX_SECONDS"] == 28
     with pytest.raises(ImproperlyConfigured, match="at most half ADMISSION_TTL_SECONDS"):
         _settings(monkeypatch, ADMISSION_TTL_SECONDS="120", QUEUE_POLL_MAX_SECONDS="59")
+
+
+@pytest.mark.parametrize("value", ["idr", "Idr", "usd", "ID", "IDRR", " IDR", "I1R"])
+def test_a_shop_currency_that_is_not_three_capital_letters_refuses_to_start(settings, value):  # type: ignore[no-untyped-def]
+    """skincare.E012: a payment event's currency is compared with SHOP_CURRENCY as written, so ``idr`` would make
+    every payment a mismatch."""
+    from skincare.checks import shop_currency_setting
+
+    settings.SHOP_CURRENCY = value
+    assert [message.id for message in shop_currency_setting()] == ["skincare.E012"]
+    settings.SHOP_CURRENCY = "IDR"  # control: the code in capitals starts
+    assert shop_currency_setting() == []

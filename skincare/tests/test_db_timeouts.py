@@ -72,6 +72,7 @@ def test_direct_connections_are_bounded_by_their_startup_options_without_an_extr
         ("0", "1s", ["lock_timeout is unbounded"]),
         ("1s", "0", ["statement_timeout is unbounded"]),
         ("2s", "1s", ["lock_timeout is 2000 ms"]),
+        ("1s", "2s", ["statement_timeout is 2000 ms"]),
         ("1s", "1s", []),
         ("500ms", "200ms", []),
     ],

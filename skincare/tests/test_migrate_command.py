@@ -126,3 +126,53 @@ def test_migrate_sets_the_roles_timeouts_in_the_database_from_the_settings(setti
         settings.DB_LOCK_TIMEOUT_MS, settings.DB_STATEMENT_TIMEOUT_MS = original
         call_command("migrate", verbosity=0)
     assert sorted(config) == ["lock_timeout=1234ms", "statement_timeout=5678ms"]
+
+
+def bounds_in_force():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('lock_timeout'), current_setting('statement_timeout')")
+        return cursor.fetchone()
+
+
+def test_a_connection_opened_during_the_migration_gets_its_bounds(settings):
+    """``manage.py migrate`` starts with no connection open: the one Django opens for it is bounded too."""
+    settings.MIGRATION_LOCK_TIMEOUT_MS, settings.MIGRATION_STATEMENT_TIMEOUT_MS = 100, 60000
+    connection.close()
+    with migration_timeouts("default"):
+        assert connection.connection is None
+        assert bounds_in_force() == ("100ms", "1min")
+    connection.close()
+    assert bounds_in_force() != ("100ms", "1min")  # control: a connection opened after it has the request bounds
+
+
+def test_a_statement_longer_than_the_migration_statement_timeout_is_cancelled(settings):
+    settings.MIGRATION_STATEMENT_TIMEOUT_MS = 100
+    with migration_timeouts("default"), connection.cursor() as cursor, pytest.raises(OperationalError) as cancelled:
+        cursor.execute("SELECT pg_sleep(0.5)")
+    assert isinstance(cancelled.value.__cause__, psycopg.errors.QueryCanceled)
+
+
+def test_control_without_a_migration_statement_timeout_the_same_statement_runs(settings):
+    settings.MIGRATION_STATEMENT_TIMEOUT_MS = 0
+    with migration_timeouts("default"), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(0.5), current_setting('statement_timeout')")
+        assert cursor.fetchone()[1] == "0"
+
+
+def test_the_migrate_command_bounds_the_connection_it_opens_itself(settings):
+    """End to end: ``manage.py migrate`` from a process with no connection open yet. Every statement it sends about
+    the migrations (the recorder's table) runs under MIGRATION_LOCK_TIMEOUT_MS, read from the server as it runs."""
+    settings.MIGRATION_LOCK_TIMEOUT_MS = 123
+    seen = []
+
+    def spy(execute, sql, params, many, context):
+        if "django_migrations" in sql:
+            with context["connection"].connection.cursor() as raw:  # psycopg's own cursor: not wrapped again
+                raw.execute("SELECT current_setting('lock_timeout')")
+                seen.append(raw.fetchone()[0])
+        return execute(sql, params, many, context)
+
+    connection.close()
+    with connection.execute_wrapper(spy):
+        call_command("migrate", verbosity=0)
+    assert seen and set(seen) == {"123ms"}, seen

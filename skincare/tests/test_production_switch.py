@@ -87,6 +87,30 @@ def test_a_dot_env_line_that_contradicts_development_refuses(tmp_path: Path) -> 
     assert modes.mode(dot_env, environ={"DJANGO_ENV": "production"}) == "production"
 
 
+@pytest.mark.parametrize(
+    "line", ["export DJANGO_ENV=production", "  export   DJANGO_ENV = 'production'", "export\tDJANGO_ENV=staging"]
+)
+def test_an_exported_django_env_line_in_dot_env_is_read_like_a_bare_one(tmp_path: Path, line: str) -> None:
+    """A shell-style ``export`` line that contradicts the environment refuses, as the bare line does."""
+    dot_env = tmp_path / ".env"
+    dot_env.write_text(f"DJANGO_ENV=development\n{line}\n")
+    with pytest.raises(ImproperlyConfigured, match="contradicts DJANGO_ENV='development' in the environment"):
+        modes.mode(dot_env, environ={"DJANGO_ENV": "development"})
+    # Control: the same file with the export line agreeing starts.
+    dot_env.write_text("DJANGO_ENV=production\nexport DJANGO_ENV=development\n")
+    assert modes.mode(dot_env, environ={"DJANGO_ENV": "development"}) == "development"
+
+
+@pytest.mark.parametrize("line", ["export DJANGO_ENV", "DJANGO_ENV: production", "set DJANGO_ENV production"])
+def test_a_dot_env_line_naming_django_env_in_another_shape_refuses_rather_than_being_skipped(
+    tmp_path: Path, line: str
+) -> None:
+    dot_env = tmp_path / ".env"
+    dot_env.write_text(f"# DJANGO_ENV is chosen by the environment\nDJANGO_ENV=development\n{line}\n")
+    with pytest.raises(ImproperlyConfigured, match=r"line 3 of .* names DJANGO_ENV but is not"):
+        modes.mode(dot_env, environ={"DJANGO_ENV": "development"})
+
+
 def test_a_process_without_django_env_is_production_and_says_how_to_ask_for_development() -> None:
     """The repository's own .env (make run's demo values) is there; nothing in the environment asks for
     development: the settings refuse as production, naming the way to development."""
