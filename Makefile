@@ -51,8 +51,16 @@ setup: $(STAMP)
 db: setup
 	@$(PY) -m devtools.devenv --database
 
+# With MIGRATE_DATABASE_URL set (the pooled path: DATABASE_URL points at PgBouncer, DB_PGBOUNCER=true), migrate runs
+# on the database itself, as deploy/docker-entrypoint.sh does: migrate refuses the pooler. Every target that migrates
+# (run, demo, loadtest, bench, ...) goes through this one.
 migrate: db
-	$(PY) manage.py migrate --noinput -v0
+	@if [ -n "$$MIGRATE_DATABASE_URL" ]; then \
+		echo "migrate: on MIGRATE_DATABASE_URL (the database itself, not the pooler)"; \
+		DATABASE_URL="$$MIGRATE_DATABASE_URL" DB_PGBOUNCER=false $(PY) manage.py migrate --noinput -v0; \
+	else \
+		$(PY) manage.py migrate --noinput -v0; \
+	fi
 
 demo: migrate
 	$(PY) manage.py load_demo_data

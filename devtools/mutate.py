@@ -2,7 +2,8 @@
 
 Each mutation names its target by the syntax tree, not by exact source text: a file, the qualified name of the
 function, method, class or module-level constant (a SQL string) that holds the code (``<module>`` for a module's
-own statements, such as its imports), and a snippet that must occur exactly once in that definition's source,
+own statements, such as its imports; the only target of a file that is not Python, such as the Makefile), and a
+snippet that must occur exactly once in that definition's source,
 compared with whitespace ignored (so ``ruff format`` or re-indented SQL does not break it). The snippet's text is
 replaced and the file must still parse.
 
@@ -1361,6 +1362,15 @@ MUTATIONS = [
         "False",
         ("skincare/tests/test_release_header.py::test_a_release_that_cannot_be_a_header_refuses_to_start",),
     ),
+    Mutation(
+        "make-migrate-through-the-pooler",
+        "make migrate (and so make run) ignores MIGRATE_DATABASE_URL and migrates through PgBouncer",
+        "Makefile",
+        MODULE,
+        'DATABASE_URL="$$MIGRATE_DATABASE_URL" DB_PGBOUNCER=false $(PY) manage.py migrate',
+        "$(PY) manage.py migrate",
+        ("skincare/tests/test_make_migrate.py::test_make_migrate_runs_on_migrate_database_url_not_through_the_pooler",),
+    ),
 ]
 
 
@@ -1403,6 +1413,8 @@ def definition_span(text: str, where: str, *, path: str = "<source>") -> tuple[i
     ``text``, decorators included. Raises :class:`TargetError` unless exactly one definition has that name."""
     if where == MODULE:
         return 0, len(text)
+    if not path.endswith(".py") and path != "<source>":
+        raise TargetError(f"{path} is not Python: its target is {MODULE}")
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -1447,6 +1459,8 @@ def mutated_source(text: str, mutation: Mutation) -> str:
     """The file's text with the mutation applied; :class:`TargetError` if it cannot be located or does not parse."""
     start, end = locate(text, mutation)
     mutated = text[:start] + mutation.replacement + text[end:]
+    if not mutation.path.endswith(".py"):
+        return mutated  # a Makefile, a Dockerfile: its whole text is the target (where = <module>)
     try:
         ast.parse(mutated, filename=mutation.path)
     except SyntaxError as exc:
@@ -1460,6 +1474,9 @@ def apply(root: Path, mutation: Mutation) -> None:
 
 
 def module_name(path: str) -> str:
+    """The module the start-up check imports: the mutated one, or the settings when the file is not Python."""
+    if not path.endswith(".py"):
+        return "config.settings"
     return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
