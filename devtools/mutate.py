@@ -1371,6 +1371,24 @@ MUTATIONS = [
         "$(PY) manage.py migrate",
         ("skincare/tests/test_make_migrate.py::test_make_migrate_runs_on_migrate_database_url_not_through_the_pooler",),
     ),
+    Mutation(
+        "make-setup-without-hashes",
+        "make setup (make run, make test, CI) installs the dev lock without --require-hashes",
+        "Makefile",
+        MODULE,
+        "pip install --quiet --require-hashes -r requirements-dev.lock",
+        "pip install --quiet -r requirements-dev.lock",
+        ("skincare/tests/test_lock_files.py::test_make_and_the_image_install_only_a_lock_with_require_hashes",),
+    ),
+    Mutation(
+        "image-without-hashes",
+        "the production image installs the runtime lock without --require-hashes",
+        "Dockerfile",
+        MODULE,
+        "pip install --no-cache-dir --require-hashes -r requirements.lock",
+        "pip install --no-cache-dir -r requirements.lock",
+        ("skincare/tests/test_lock_files.py::test_make_and_the_image_install_only_a_lock_with_require_hashes",),
+    ),
 ]
 
 
