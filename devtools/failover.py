@@ -15,8 +15,10 @@ synchronous standby, ``synchronous_mode: true``, ``use_pg_rewind: true``), two g
    replay the original order.
 3. Load goes on for --after seconds after the kill; then the lost node's Patroni is started again and must rejoin as
    a standby of the new leader (pg_rewind when the timelines diverged); the sweepers must finish every due order.
-4. The proof (:mod:`devtools.failover_proof`), from the client's records against the new leader; ``audit_inventory``.
-   Exit code 1 when any check fails.
+4. The proof (:mod:`devtools.failover_proof`), from the client's records against the new leader; ``audit_inventory``;
+   the client's count (:mod:`devtools.rehearsal_client`): every request started ended counted (an answer, a
+   time-out, an error), no shopper thread lost, at least :data:`MIN_REQUESTS` requests and twice as many shoppers
+   as workers sent any. Exit code 1 when any check fails.
 
 ``--control``: the same run with asynchronous replication (``synchronous_mode: false``), Patroni paused (no automatic
 failover) and the replica promoted by hand (``pg_ctl promote``). To make the window visible, the replica's WAL
@@ -38,7 +40,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -46,63 +47,20 @@ from typing import Any
 
 from devtools.failover_proof import Call, Snapshot, check, first_after
 from devtools.patroni import Cluster, Node
-from devtools.processes import RESULTS, ROOT, Stack, ctl, http_call, log, manage, payment_webhook, wait_for
+from devtools.processes import RESULTS, ROOT, Stack, ctl, log, manage, wait_for
 from devtools.proof_snapshot import read_snapshot
+from devtools.rehearsal_client import Recorder, tally, verdict
 
 DBNAME = "skincare_failover"
 PRODUCTS = range(2001, 2009)  # seeded with plenty of stock, so 201s keep coming before and after the kill
-RETRY_PAUSE = 0.25  # client backoff after a 503 (the server suggests Retry-After: 2; shorter = finer measurement)
 CUSTOMER_PREFIX = "failover"
 PROBE_KEY = "probe-before-kill"
 PROBE_ITEMS = [(PRODUCTS.start, 1)]
 EXPECTED_IN_LOGS = ('"status_code": 503', "database_unavailable")  # answers the rehearsal expects during the kill
-
-
-class Recorder:
-    """Every HTTP request and its answer, as the client saw it (thread-safe)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.calls: list[Call] = []
-
-    def send(self, call: Call, base: str, path: str, body: bytes | None, headers: dict[str, str]) -> Call:
-        call.started = time.monotonic()
-        try:
-            call.status, payload, answer = http_call(base, path, body=body, headers=headers, timeout=30)
-            call.replayed = call.status < 400 and answer.get("Idempotent-Replayed") == "true"
-        except (OSError, urllib.error.URLError) as error:
-            call.status, payload, call.error = 0, b"", repr(error)
-        call.ended = time.monotonic()
-        try:
-            call.body = json.loads(payload) if payload else {}
-        except ValueError:
-            call.body = {"raw": payload[:200].decode(errors="replace")}
-        with self.lock:
-            self.calls.append(call)
-        return call
-
-    def until_answered(self, make: Any, deadline: float) -> Call:
-        """Send the same request again while it is answered 503 (or not at all), until ``deadline``."""
-        while True:
-            call = make()
-            if call.status not in (0, 503) or time.monotonic() > deadline:
-                return call
-            time.sleep(RETRY_PAUSE)
-
-    def checkout(self, base: str, token: str, customer: str, key: str, items: list[tuple[int, int]]) -> Call:
-        body = json.dumps({"items": [{"product_id": p, "qty": q} for p, q in items]}).encode()
-        headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": key}
-        call = Call("checkout", 0, {}, 0.0, 0.0, customer=customer, key=key, items=items)
-        return self.send(call, base, "/v1/checkout", body, headers)
-
-    def pay(self, base: str, order: dict[str, Any], event_id: str) -> Call:
-        body, headers = payment_webhook(order, event_id=event_id, reference=f"psp-{event_id}")
-        call = Call("webhook", 0, {}, 0.0, 0.0, order_id=int(order["order_id"]), event_id=event_id)
-        return self.send(call, base, "/v1/payments/webhook", body, headers)
-
-    def cancel(self, base: str, token: str, order_id: int) -> Call:
-        call = Call("cancel", 0, {}, 0.0, 0.0, order_id=order_id)
-        return self.send(call, base, f"/v1/orders/{order_id}/cancel", b"", {"Authorization": f"Bearer {token}"})
+INSTANCES = 2
+# The run's stated minimum: requests started (a run of the defaults sends thousands; fewer means the load did not run)
+# and shoppers who sent any (twice the workers: every worker busy, one request waiting for each).
+MIN_REQUESTS = 300
 
 
 def snapshot(cluster: Cluster) -> Snapshot:
@@ -184,7 +142,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--before", type=float, default=8, help="seconds of load before the kill")
     parser.add_argument("--after", type=float, default=25, help="seconds of load after the kill")
     parser.add_argument("--lag", type=float, default=3, help="control: seconds the replica's WAL receiver is stopped")
-    parser.add_argument("--shoppers", type=int, default=8)
+    parser.add_argument("--shoppers", type=int, default=2 * INSTANCES * 2, help="at least 2 x every worker")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per instance")
     parser.add_argument("--ttl", type=int, default=5, help="RESERVATION_TTL_SECONDS (short, so carts expire)")
     return parser.parse_args(argv)
@@ -264,12 +222,13 @@ def start_load(r: Rehearsal) -> Load:
             other = bases[(i + n + 1) % 2]
             if action == "pay":
                 order = call.body
-                recorder.until_answered(partial(recorder.pay, other, order, f"evt-{key}"), load.retry_deadline)
+                pay = partial(recorder.pay, other, order, f"evt-{key}", r.customers[i])
+                recorder.until_answered(pay, load.retry_deadline)
             elif action == "cancel":
-                order_id = int(call.body["order_id"])
-                recorder.until_answered(partial(recorder.cancel, other, r.tokens[i], order_id), load.retry_deadline)
+                cancel = partial(recorder.cancel, other, r.tokens[i], int(call.body["order_id"]), r.customers[i])
+                recorder.until_answered(cancel, load.retry_deadline)
 
-    load.threads = [threading.Thread(target=shopper, args=(i,), daemon=True) for i in range(args.shoppers)]
+    load.threads = [recorder.shopper_thread(shopper, i) for i in range(args.shoppers)]
     log(f"load: {args.shoppers} shoppers over both instances for {args.before + args.after:.0f}s (TTL {args.ttl}s)")
     load.started = time.monotonic()
     for t in load.threads:
@@ -345,8 +304,7 @@ def replay_probe(r: Rehearsal, probe: Call, kill: Kill) -> Call | None:
 
 
 def stop_load(r: Rehearsal, load: Load) -> None:
-    for t in load.threads:
-        t.join(timeout=max(1.0, load.retry_deadline - time.monotonic() + 35))
+    r.recorder.join(load.threads, max(1.0, load.retry_deadline - time.monotonic() + 35))
     log(f"load stopped after {time.monotonic() - load.started:.1f}s: {dict(load.actions)}")
 
 
@@ -401,6 +359,12 @@ def stop_everything(r: Rehearsal) -> list[str]:
 def prove(r: Rehearsal, found: Findings, kill: Kill, probe: Call, replay: Call | None, logged: list[str]) -> list[str]:
     """The proof (devtools.failover_proof) and the run's numbers in ``r.facts``; returns the problems."""
     calls, facts = r.recorder.calls, r.facts
+    counted = tally(r.recorder)
+    facts["client"] = counted.facts()
+    minimum_shoppers = 2 * INSTANCES * r.args.workers
+    facts["client_minimum"] = {"requests": MIN_REQUESTS, "shoppers": minimum_shoppers}
+    # 503s and retries are what the kill is expected to cause; check() refuses any other 5xx and any unanswered one.
+    r.failures += verdict(counted, min_requests=MIN_REQUESTS, min_shoppers=minimum_shoppers, failures_allowed=True)
     problems = check(calls, found.snapshot)
     facts["audit_inventory"] = "clean" if found.audit.returncode == 0 else "VIOLATIONS"
     if found.audit.returncode != 0:
@@ -460,6 +424,9 @@ def report(r: Rehearsal, problems: list[str]) -> int:
     (RESULTS / f"failover{suffix}.json").write_text(json.dumps(facts, indent=2))
     (RESULTS / f"failover{suffix}-calls.json").write_text(json.dumps([asdict(c) for c in r.recorder.calls]))
     if r.args.control:
+        if r.failures:  # the run itself did not happen as stated: its findings say nothing
+            print("control: could not run\n  " + "\n  ".join(r.failures[:20]))
+            return 1
         lost = [p for p in problems if "missing on the leader" in p or "not recorded on the leader" in p]
         kinds = Counter(p.split(" ", 1)[0] for p in lost)
         print(

@@ -27,7 +27,7 @@ from typing import Any
 
 @dataclass
 class Call:
-    """One HTTP request as the client saw it. ``status`` 0 = no HTTP answer (connection error, timeout)."""
+    """One HTTP request as the client saw it. ``status`` 0 = no HTTP answer (a time-out or an error)."""
 
     kind: str  # checkout | webhook | cancel
     status: int
@@ -41,6 +41,8 @@ class Call:
     event_id: str = ""  # webhook
     replayed: bool = False  # Idempotent-Replayed: true
     error: str = ""
+    outcome: str = ""  # answer | timeout | error (devtools.rehearsal_client)
+    release: str = ""  # the X-Release header of the answer: which release served it
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Each mutation names its target by the syntax tree, not by exact source text: a file, the qualified name of the
 function, method, class or module-level constant (a SQL string) that holds the code (``<module>`` for a module's
-own statements, such as its imports), and a snippet that must occur exactly once in that definition's source,
+own statements, such as its imports; the only target of a file that is not Python, such as the Makefile), and a
+snippet that must occur exactly once in that definition's source,
 compared with whitespace ignored (so ``ruff format`` or re-indented SQL does not break it). The snippet's text is
 replaced and the file must still parse.
 
@@ -1704,6 +1705,111 @@ MUTATIONS = [
             "skincare/tests/test_db_timeouts.py::test_a_pooled_process_refuses_a_connection_without_bounds_or_with_looser_ones",
         ),
     ),
+    Mutation(
+        "rehearsal-client-drops-a-cut-body",
+        "the rehearsal client counts a request only on an answer or an OSError: a body cut off mid-way kills the shopper",
+        "devtools/rehearsal_client.py",
+        "Recorder.send",
+        "except Exception as error:",
+        "except (OSError, urllib.error.URLError) as error:",
+        (
+            "skincare/tests/test_rehearsal_client.py::"
+            "test_every_request_ends_counted_and_a_cut_body_a_500_and_a_time_out_are_failures",
+        ),
+    ),
+    Mutation(
+        "rehearsal-client-5xx-not-failed",
+        "the rehearsal client does not count a 5xx answer as a failed request",
+        "devtools/rehearsal_client.py",
+        "tally",
+        'c.outcome == "answer" and c.status >= 500',
+        'c.outcome == "answer" and c.status >= 600',
+        ("skincare/tests/test_rehearsal_client.py::test_a_5xx_answer_is_a_failed_request",),
+    ),
+    Mutation(
+        "rehearsal-shopper-death-unnoticed",
+        "a shopper thread that dies is not counted as lost: the run passes without the requests it would have sent",
+        "devtools/rehearsal_client.py",
+        "Recorder.shopper_thread",
+        'self.lost.append(f"shopper {i} died: {error!r}")',
+        "pass",
+        ("skincare/tests/test_rehearsal_client.py::test_a_shopper_thread_that_dies_is_lost_and_fails_the_run",),
+    ),
+    Mutation(
+        "rehearsal-no-minimum",
+        "a rehearsal passes with fewer requests than it states",
+        "devtools/rehearsal_client.py",
+        "verdict",
+        "if t.requests < min_requests:",
+        "if False:",
+        ("skincare/tests/test_rehearsal_client.py::test_fewer_requests_or_shoppers_than_stated_fail_the_run",),
+    ),
+    Mutation(
+        "deploy-rehearsal-own-front",
+        "the deploy rehearsal's front waits 10 s before shedding, not production's queue timeout",
+        "devtools/deploy_rehearsal.py",
+        "front",
+        "HAProxy(servers, maxconn=workers)",
+        "HAProxy(servers, maxconn=workers, queue_timeout_ms=10000)",
+        (
+            "skincare/tests/test_rehearsal_client.py::"
+            "test_the_deploy_rehearsal_runs_productions_front_with_every_worker_busy",
+        ),
+    ),
+    Mutation(
+        "deploy-rehearsal-release-unseen",
+        "the deploy rehearsal passes when the answers after the release still come from the old one",
+        "devtools/deploy_rehearsal.py",
+        "release_problems",
+        "if stale := [c for c in after if c.release != NEW_RELEASE]:",
+        "if stale := [c for c in after if False]:",
+        ("skincare/tests/test_rehearsal_client.py::test_the_deploy_rehearsal_sees_the_new_release_in_the_answers",),
+    ),
+    Mutation(
+        "release-header-missing",
+        "answers do not name the release that gave them (no X-Release)",
+        "skincare/middleware.py",
+        "ReleaseHeaderMiddleware.__call__",
+        'response.headers["X-Release"] = settings.RELEASE_ID',
+        "pass",
+        ("skincare/tests/test_release_header.py::test_every_answer_names_the_release",),
+    ),
+    Mutation(
+        "release-id-any-value",
+        "RELEASE_ID takes any value, even one that writes another header",
+        "config/settings.py",
+        MODULE,
+        'RELEASE_ID and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}", RELEASE_ID)',
+        "False",
+        ("skincare/tests/test_release_header.py::test_a_release_that_cannot_be_a_header_refuses_to_start",),
+    ),
+    Mutation(
+        "make-migrate-through-the-pooler",
+        "make migrate (and so make run) ignores MIGRATE_DATABASE_URL and migrates through PgBouncer",
+        "Makefile",
+        MODULE,
+        'DATABASE_URL="$$MIGRATE_DATABASE_URL" DB_PGBOUNCER=false $(PY) manage.py migrate',
+        "$(PY) manage.py migrate",
+        ("skincare/tests/test_make_migrate.py::test_make_migrate_runs_on_migrate_database_url_not_through_the_pooler",),
+    ),
+    Mutation(
+        "make-setup-without-hashes",
+        "make setup (make run, make test, CI) installs the dev lock without --require-hashes",
+        "Makefile",
+        MODULE,
+        "pip install --quiet --require-hashes -r requirements-dev.lock",
+        "pip install --quiet -r requirements-dev.lock",
+        ("skincare/tests/test_lock_files.py::test_make_and_the_image_install_only_a_lock_with_require_hashes",),
+    ),
+    Mutation(
+        "image-without-hashes",
+        "the production image installs the runtime lock without --require-hashes",
+        "Dockerfile",
+        MODULE,
+        "pip install --no-cache-dir --require-hashes -r requirements.lock",
+        "pip install --no-cache-dir -r requirements.lock",
+        ("skincare/tests/test_lock_files.py::test_make_and_the_image_install_only_a_lock_with_require_hashes",),
+    ),
 ]
 
 
@@ -1746,6 +1852,8 @@ def definition_span(text: str, where: str, *, path: str = "<source>") -> tuple[i
     ``text``, decorators included. Raises :class:`TargetError` unless exactly one definition has that name."""
     if where == MODULE:
         return 0, len(text)
+    if not path.endswith(".py") and path != "<source>":
+        raise TargetError(f"{path} is not Python: its target is {MODULE}")
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
@@ -1790,6 +1898,8 @@ def mutated_source(text: str, mutation: Mutation) -> str:
     """The file's text with the mutation applied; :class:`TargetError` if it cannot be located or does not parse."""
     start, end = locate(text, mutation)
     mutated = text[:start] + mutation.replacement + text[end:]
+    if not mutation.path.endswith(".py"):
+        return mutated  # a Makefile, a Dockerfile: its whole text is the target (where = <module>)
     try:
         ast.parse(mutated, filename=mutation.path)
     except SyntaxError as exc:
@@ -1803,6 +1913,9 @@ def apply(root: Path, mutation: Mutation) -> None:
 
 
 def module_name(path: str) -> str:
+    """The module the start-up check imports: the mutated one, or the settings when the file is not Python."""
+    if not path.endswith(".py"):
+        return "config.settings"
     return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 

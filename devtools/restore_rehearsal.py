@@ -17,6 +17,10 @@ on it, and --shoppers buyers (:mod:`devtools.shop_load`) checking out, paying, c
    client-side proof of ``make failover``); ``audit_inventory`` clean. Before the copy takes writes,
    ``sequences_advance`` moves its id sequences on: every order id the copy answers is above every one the primary
    answered, after the target included.
+5. The client's count (:mod:`devtools.rehearsal_client`), of both sales: every request started ended counted (an
+   answer, a time-out, an error), no shopper thread lost, at least twice as many shoppers as workers sent requests,
+   at least :data:`MIN_REQUESTS` on the primary and :data:`MIN_REQUESTS_COPY` on the copy; none failed on the copy
+   (on the primary after the mistake, failures are what the rehearsal is about).
 
 Prints the backup time, the archive lag (the recovery point a lost host would give), the restore time and what the
 proof counted. Every process it started is stopped; data in ``.data/restore`` (git-ignored), recreated every run.
@@ -45,8 +49,9 @@ from devtools.failover_proof import check
 from devtools.pgbackrest import Repository, Server
 from devtools.processes import RESULTS, ROOT, Stack, ctl, flash_sale_setup, log, manage
 from devtools.proof_snapshot import read_snapshot
+from devtools.rehearsal_client import failed, tally, verdict
 from devtools.restore_proof import after_problems, split_at
-from devtools.shop_load import ShopLoad, failed, wait_until
+from devtools.shop_load import ShopLoad, wait_until
 
 DBNAME = "skincare_restore"
 BASE = ROOT / ".data" / "restore"
@@ -55,6 +60,12 @@ FLASH_PRODUCT = 101
 PRODUCTS = list(range(4001, 4009))
 MISTAKE = "TRUNCATE orders CASCADE"
 SEGMENT_BYTES = 16 * 1024 * 1024
+WORKERS = 2  # the one gunicorn instance's sync workers
+# The run's stated minimum: shoppers who sent requests (twice the workers: each busy, a request waiting for each) and
+# requests started, on the primary (--before + --after seconds of sale) and on the restored copy (3 s).
+MIN_SHOPPERS = 2 * WORKERS
+MIN_REQUESTS = 200
+MIN_REQUESTS_COPY = 20
 
 ARCHIVE_LAG = """
 SELECT EXTRACT(epoch FROM clock_timestamp() - last_archived_time), last_archived_wal, pg_current_wal_lsn()::text
@@ -77,7 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--before", type=float, default=15, help="seconds of sale before the mistake")
     parser.add_argument("--after", type=float, default=3, help="seconds of sale after the mistake")
     parser.add_argument("--offset", type=float, default=1.0, help="restore to this many seconds before the mistake")
-    parser.add_argument("--shoppers", type=int, default=4)
+    parser.add_argument("--shoppers", type=int, default=MIN_SHOPPERS, help=f"at least {MIN_SHOPPERS}")
     parser.add_argument("--pause", type=float, default=0.05)
     parser.add_argument("--ttl", type=int, default=6, help="RESERVATION_TTL_SECONDS (short, so carts expire)")
     parser.add_argument("--after-failover", type=float, default=8, help="Patroni: seconds of sale on the new leader")
@@ -146,7 +157,7 @@ def prepare_database(r: Rehearsal, repo: Repository, url: str) -> list[str]:
 
 def stack_on(url: str, r: Rehearsal, name: str) -> Stack:
     env = {"RESERVATION_TTL_SECONDS": r.args.ttl, "ACCESS_LOG": "false", "DB_LOCK_TIMEOUT_MS": 2000}
-    return Stack(url, name=name, workers=2, env=env, instances=1, sweepers=1)
+    return Stack(url, name=name, workers=WORKERS, env=env, instances=1, sweepers=1)
 
 
 def sale_and_mistake(
@@ -199,6 +210,9 @@ def sale_and_mistake(
         load.stop()
         sampling.set()
         stack.stop(expected=('"status_code": 5',))  # after the mistake, errors are what the rehearsal is about
+    counted = tally(load.recorder)
+    r.facts["client_on_primary"] = counted.facts()
+    r.failures += verdict(counted, min_requests=MIN_REQUESTS, min_shoppers=MIN_SHOPPERS, failures_allowed=True)
     return load, t_mono, t_db
 
 
@@ -259,8 +273,14 @@ def prove(r: Rehearsal, load: ShopLoad, t_mono: float, tokens: list[str]) -> Non
     finally:
         stack.stop(expected=())
     after_resume = resumed.calls
+    counted = tally(resumed.recorder)
+    r.facts["client_on_copy"] = counted.facts()
+    r.failures += [
+        f"on the restored copy: {problem}"
+        for problem in verdict(counted, min_requests=MIN_REQUESTS_COPY, min_shoppers=MIN_SHOPPERS)
+    ]
     if bad := failed(after_resume):
-        r.failures.append(f"{len(bad)} requests to the restored copy failed, e.g. {bad[0].status} {bad[0].error}")
+        r.failures.append(f"e.g. on the restored copy: {bad[0].status} {bad[0].error}")
     if not any(c.kind == "checkout" and c.status == 201 for c in after_resume):
         r.failures.append("no checkout was served by the restored copy")
     r.failures += check(split.before + after_resume, second)

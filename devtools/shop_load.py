@@ -1,8 +1,9 @@
 """The shoppers of the rehearsals that change or restore a running shop (``make deploy-rehearsal``,
 ``make restore-rehearsal``): each checks out with its own ``Idempotency-Key`` (the flash product or one of the
 others), then pays by signed webhook, cancels or abandons (abandoned carts expire and are swept), until told to stop.
-Every request and its answer is recorded (:class:`devtools.failover.Recorder`) for the one client-side proof
-(:mod:`devtools.failover_proof`). No request is retried: a 5xx or a connection error is a failure of the rehearsal.
+Every request and how it ended is recorded (:class:`devtools.rehearsal_client.Recorder`) for the one client-side
+proof (:mod:`devtools.failover_proof`) and the count (:func:`devtools.rehearsal_client.verdict`). No request is
+retried: a 5xx, a time-out or an error is a failure of the rehearsal, and so is a shopper thread lost.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from devtools.failover import Recorder
 from devtools.failover_proof import Call
+from devtools.rehearsal_client import Recorder, failed
+
+__all__ = ["ShopLoad", "count", "failed", "p99_ms", "wait_until"]
 
 
 @dataclass
@@ -47,31 +50,28 @@ class ShopLoad:
                 with self.recorder.lock:
                     self.actions[action] += 1
                 if action == "pay":
-                    self.recorder.pay(self.base, call.body, f"evt-{key}")
+                    self.recorder.pay(self.base, call.body, f"evt-{key}", self.customers[i])
                 elif action == "cancel":
-                    self.recorder.cancel(self.base, self.tokens[i], int(call.body["order_id"]))
+                    self.recorder.cancel(self.base, self.tokens[i], int(call.body["order_id"]), self.customers[i])
             self.stopping.wait(self.pause)
 
     def start(self, shoppers: int) -> ShopLoad:
-        self.threads = [threading.Thread(target=self.shopper, args=(i,), daemon=True) for i in range(shoppers)]
+        self.threads = [self.recorder.shopper_thread(self.shopper, i) for i in range(shoppers)]
         for t in self.threads:
             t.start()
         return self
 
     def stop(self) -> None:
+        """Stop the shoppers and wait for them; the second call finds them stopped (a lost one is counted once)."""
+        if self.stopping.is_set():
+            return
         self.stopping.set()
-        for t in self.threads:
-            t.join(timeout=90)
+        self.recorder.join(self.threads, 90)
 
     @property
     def calls(self) -> list[Call]:
         with self.recorder.lock:
             return list(self.recorder.calls)
-
-
-def failed(calls: list[Call]) -> list[Call]:
-    """Requests a buyer would count as failed: no answer (connection error, time-out) or any 5xx."""
-    return [c for c in calls if c.status == 0 or c.status >= 500]
 
 
 def p99_ms(calls: list[Call], *, kind: str = "checkout", since: float = 0.0, until: float = float("inf")) -> float:

@@ -61,6 +61,20 @@ MessageMiddleware = _browser("django.contrib.messages.middleware.MessageMiddlewa
 XFrameOptionsMiddleware = _browser("django.middleware.clickjacking.XFrameOptionsMiddleware")
 
 
+class ReleaseHeaderMiddleware:
+    """Every answer, whatever gave it, names the release that served it (``X-Release``, settings.RELEASE_ID) when one
+    is set: during a rolling release a client sees which instances run the new one."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        if settings.RELEASE_ID:
+            response.headers["X-Release"] = settings.RELEASE_ID
+        return response
+
+
 class RequestBodyLimitMiddleware:
     """Refuse a body whose declared length is over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 413
     ``payload_too_large`` before anything reads it. (Django enforces that limit only when ``request.body`` is

@@ -8,6 +8,7 @@ than fails) are all errors, never "caught".
 """
 
 import ast
+import dataclasses
 import os
 import subprocess
 import sys
@@ -188,3 +189,12 @@ def test_the_commands_docs_reliability_shows_work(option):
     for m in MUTATIONS:
         assert option == "--check" or f"{m.path}:{m.where}" in result.stdout
     assert option == "--list" or f"all {len(MUTATIONS)} targets found exactly once" in result.stdout
+
+
+def test_a_file_that_is_not_python_is_mutated_as_a_whole():
+    makefile = "migrate: db\n\tDATABASE_URL=$$X $(PY) manage.py migrate\n"
+    whole = Mutation("m", "what", "Makefile", mutate.MODULE, "DATABASE_URL=$$X $(PY)", "$(PY)", ("t",))
+    assert mutate.mutated_source(makefile, whole) == "migrate: db\n\t$(PY) manage.py migrate\n"  # not parsed
+    with pytest.raises(TargetError, match="is not Python"):
+        mutate.mutated_source(makefile, dataclasses.replace(whole, where="migrate"))
+    assert mutate.module_name("Makefile") == "config.settings"  # the start-up check imports the settings
