@@ -735,6 +735,28 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "trusted-proxies-ipv6-half-internet",
+        "production trusts an IPv6 range of half the internet (8000::/1 counts as a proxy network)",
+        "skincare/clientaddr.py",
+        "PROXY_NETWORKS",
+        '"fc00::/7"',
+        '"8000::/1"',
+        (
+            "skincare/tests/test_client_address.py::test_production_refuses_trusted_ranges_that_are_not_private_or_loopback",
+        ),
+    ),
+    Mutation(
+        "trusted-proxies-width-only",
+        "a trusted range is checked for its width only: a public /8 or /24 passes as a proxy network",
+        "skincare/clientaddr.py",
+        "not_private",
+        "network.subnet_of(allowed)",
+        "network.prefixlen >= allowed.prefixlen",
+        (
+            "skincare/tests/test_client_address.py::test_production_refuses_trusted_ranges_that_are_not_private_or_loopback",
+        ),
+    ),
+    Mutation(
         "untrusted-forwarding-silent",
         "requests with X-Forwarded-For while TRUSTED_PROXIES is empty are not warned about",
         "skincare/clientaddr.py",

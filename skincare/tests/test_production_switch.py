@@ -147,6 +147,8 @@ WEAK = {
     "low-entropy metrics token": ({"METRICS_TOKEN": "a" * 64}, "skincare.E011"),
     "trusted proxies wider than a private network": ({"TRUSTED_PROXIES": "10.0.3.0/24,0.0.0.0/0"}, "skincare.E013"),
     "trusted IPv6 proxies wider than a private network": ({"TRUSTED_PROXIES": "::/0"}, "skincare.E013"),
+    "trusted IPv6 proxies of half the internet": ({"TRUSTED_PROXIES": "10.0.3.0/24,8000::/1"}, "skincare.E013"),
+    "trusted public proxies as narrow as a private network": ({"TRUSTED_PROXIES": "203.0.113.0/24"}, "skincare.E013"),
 }
 
 
