@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from django.db import connection
 
-ADVISORY_KEY_SPACES = {"inventory_product": 1, "customer_checkout": 2, "product_queue": 3}
+ADVISORY_KEY_SPACES = {"inventory_product": 1, "customer_checkout": 2, "product_queue": 3, "admin_login": 4}
 _ID_BITS = 47
 
 

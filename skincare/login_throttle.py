@@ -28,8 +28,15 @@ before authenticating (stripped, then the user model's ``normalize_username``, N
 fullwidth spelling (U+FF44 ...) are the one account ``demo-ops``; the default backend matches usernames
 case-sensitively, so case is kept. A successful login forgets its own (address, username) failures and its
 device's only. ``python manage.py admin_login_unlock`` clears a lock from the command line.
+
+**An attempt is counted before it is let through** (:func:`admit`): one short transaction takes the advisory
+keys of the attempt's counters (its address, its username, its device), counts, and writes the attempt's row
+before the password is checked, so of N concurrent wrong passwords from one address exactly the limit reach the
+password check. A refused attempt writes nothing; one that did not fail (a success, or a form that never reached
+``authenticate``) deletes its row after the answer; a failure keeps it as the failure's record.
 """
 
+import hashlib
 import secrets
 from collections.abc import Callable
 from datetime import timedelta
@@ -38,6 +45,7 @@ from functools import cached_property
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
+from django.db import transaction
 from django.db.models import Count, DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
@@ -45,6 +53,7 @@ from django.urls import reverse
 
 from skincare.clientaddr import client_address, parse_address, report_untrusted_forwarding, throttle_key
 from skincare.errors import error_response
+from skincare.locks import advisory_xact_lock
 
 USERNAME_MAX_LENGTH = 150
 KNOWN_DEVICE_COOKIE = "admin_known_device"
@@ -53,6 +62,9 @@ KNOWN_DEVICE_SALT = "skincare.login_throttle.known-device"
 KNOWN_DEVICE_MAX_AGE_SECONDS = 90 * 24 * 3600
 # Set on the request by the successful-login receiver (skincare.signals); the middleware turns it into the cookie.
 NEW_DEVICE_ATTRIBUTE = "admin_known_device_issued"
+# Set on the request by the middleware: the id of the attempt's row (admit()); by the failed-login receiver: True.
+ATTEMPT_ATTRIBUTE = "admin_login_attempt"
+FAILED_ATTRIBUTE = "admin_login_failed"
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -94,8 +106,9 @@ def window_start() -> ExpressionWrapper:
 class AdminLoginThrottleMiddleware:
     """Refuses admin login POSTs with 429 while one of the counters above is at its limit within
     ADMIN_LOGIN_WINDOW_SECONDS, and gives a browser that just logged in its known-device cookie. Failures are rows
-    in ``admin_login_failures`` (shared by every worker and instance), written by the ``user_login_failed`` receiver
-    in :mod:`skincare.signals`. Every request passes :func:`skincare.clientaddr.report_untrusted_forwarding`."""
+    in ``admin_login_failures`` (shared by every worker and instance): each attempt's row is written before its
+    password is checked (:func:`admit`) and kept when the ``user_login_failed`` receiver in :mod:`skincare.signals`
+    marks the attempt failed. Every request passes :func:`skincare.clientaddr.report_untrusted_forwarding`."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -109,14 +122,21 @@ class AdminLoginThrottleMiddleware:
         report_untrusted_forwarding(request)
         if request.method != "POST" or request.path != self.login_path:
             return self.get_response(request)
-        if self.blocked(request):
+        username = login_username(request.POST.get("username", ""))
+        allowed, attempt = admit(address=client_ip(request), username=username, device=known_device(request, username))
+        if not allowed:
             return error_response(
                 "Too many failed login attempts. Try again later.",
                 "throttled",
                 http_status=429,
                 retry_after=settings.ADMIN_LOGIN_WINDOW_SECONDS,
             )
-        response = self.get_response(request)
+        setattr(request, ATTEMPT_ATTRIBUTE, attempt)
+        try:
+            response = self.get_response(request)
+        finally:
+            if attempt is not None and not getattr(request, FAILED_ATTRIBUTE, False):
+                forget_attempt(attempt)  # not a failure: a success, or no password was checked
         issued = getattr(request, NEW_DEVICE_ATTRIBUTE, None)
         if issued is not None:
             response.set_cookie(
@@ -130,20 +150,44 @@ class AdminLoginThrottleMiddleware:
             )
         return response
 
-    @staticmethod
-    def blocked(request: HttpRequest) -> bool:
-        username = login_username(request.POST.get("username", ""))
-        return blocked(address=client_ip(request), username=username, device=known_device(request, username))
-
 
 def _same_address(address: str | None) -> Q:
     """The address's own failures; None is the "unknown" bucket (rows without an address)."""
     return Q(client_ip__isnull=True) if address is None else Q(client_ip=address)
 
 
+def counter_keys(*, address: str | None, username: str, device: str | None) -> list[int]:
+    """The advisory-lock ids of the counters an attempt is counted in: its address (or the unknown bucket), its
+    username and its device, each a 47-bit hash (a collision only makes two counters wait for each other)."""
+    names = [f"address:{address or UNKNOWN_ADDRESS}", f"username:{username}"] + ([f"device:{device}"] if device else [])
+    return [int.from_bytes(hashlib.blake2b(name.encode(), digest_size=6).digest()) % (2**47 - 1) + 1 for name in names]
+
+
+def admit(*, address: str | None, username: str, device: str | None) -> tuple[bool, int | None]:
+    """Decide and count as one step: (whether the attempt may go on to the password check, the id of its row).
+    Under the advisory keys of its counters (docs/locking.md, the admin login's admission), :func:`blocked` counts
+    the window's failures and the attempt's row is written in the same transaction, so the next attempt on any of
+    these counters counts this one, however many arrive at once."""
+    from skincare.models import AdminLoginFailure
+
+    with transaction.atomic():
+        advisory_xact_lock(space="admin_login", idents=counter_keys(address=address, username=username, device=device))
+        if blocked(address=address, username=username, device=device):
+            return False, None
+        attempt = AdminLoginFailure.objects.create(client_ip=address, username=username, device=device or "")
+    return True, attempt.pk
+
+
+def forget_attempt(attempt: int) -> None:
+    from skincare.models import AdminLoginFailure
+
+    AdminLoginFailure.objects.filter(pk=attempt).delete()
+
+
 def blocked(*, address: str | None, username: str, device: str | None = None) -> bool:
     """Whether a login attempt for ``username`` from ``address`` (a throttle key; None = unknown) is refused now;
-    from a known device (its id), only that device's own failures count. One query over the window's failures."""
+    from a known device (its id), only that device's own failures count. One query over the window's failures
+    (attempts being checked right now count as failures)."""
     from skincare.models import AdminLoginFailure
 
     recent = AdminLoginFailure.objects.filter(failed_at__gte=window_start())
