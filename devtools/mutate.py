@@ -2,7 +2,8 @@
 
 Each mutation names its target by the syntax tree, not by exact source text: a file, the qualified name of the
 function, method, class or module-level constant (a SQL string) that holds the code (``<module>`` for a module's
-own statements, such as its imports), and a snippet that must occur exactly once in that definition's source,
+own statements, such as its imports, and for a configuration file that is not Python, such as the front's
+``deploy/haproxy/haproxy.cfg.template``), and a snippet that must occur exactly once in that definition's source,
 compared with whitespace ignored (so ``ruff format`` or re-indented SQL does not break it). The snippet's text is
 replaced and the file must still parse.
 
@@ -1314,13 +1315,49 @@ MUTATIONS = [
     Mutation(
         "front-queue-unbounded",
         "the front's queue timeout is not the bound: a request waits a minute for a worker instead of a fast 503",
-        "devtools/haproxy.py",
-        "render_config",
-        'f"    timeout queue {queue_timeout_ms}ms",',
-        '"    timeout queue 60s",',
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "timeout queue ${queue_timeout_ms}ms",
+        "timeout queue 60s",
         (
             "skincare/tests/test_front_sheds.py::"
             "test_a_request_that_cannot_start_within_the_bound_gets_the_fronts_503_with_retry_after",
+        ),
+    ),
+    Mutation(
+        "front-keeps-client-forwarded-for",
+        "the front appends to the X-Forwarded-For a client sent instead of removing it",
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "http-request del-header X-Forwarded-For",
+        "",
+        (
+            "skincare/tests/test_front_owns_the_client_address.py::test_the_application_sees_the_fronts_headers_never_the_clients",
+            "skincare/tests/test_front_owns_the_client_address.py::test_a_client_inside_the_trusted_range_cannot_forge_its_address_through_the_front",
+        ),
+    ),
+    Mutation(
+        "front-no-forwardfor",
+        "the front does not append the client's address (every client is the front's one address)",
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "option forwardfor",
+        "",
+        (
+            "skincare/tests/test_front_owns_the_client_address.py::test_a_forged_x_forwarded_for_has_no_effect_on_the_login_throttle",
+        ),
+    ),
+    Mutation(
+        "front-keeps-client-proto",
+        "the front passes on the X-Forwarded-Proto a client sent (plain HTTP claims to be HTTPS)",
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "http-request del-header X-Forwarded-Proto\n"
+        "http-request set-header X-Forwarded-Proto https if { ssl_fc }\n"
+        "http-request set-header X-Forwarded-Proto http if !{ ssl_fc }",
+        "",
+        (
+            "skincare/tests/test_front_owns_the_client_address.py::test_the_application_sees_the_fronts_headers_never_the_clients",
         ),
     ),
 ]
@@ -1409,6 +1446,8 @@ def mutated_source(text: str, mutation: Mutation) -> str:
     """The file's text with the mutation applied; :class:`TargetError` if it cannot be located or does not parse."""
     start, end = locate(text, mutation)
     mutated = text[:start] + mutation.replacement + text[end:]
+    if not mutation.path.endswith(".py"):
+        return mutated  # a configuration file (its tests read it): the whole file is the definition, <module>
     try:
         ast.parse(mutated, filename=mutation.path)
     except SyntaxError as exc:
@@ -1461,8 +1500,9 @@ importlib.import_module(sys.argv[1])
 
 def startup_error(root: Path, mutation: Mutation, env: dict[str, str]) -> str | None:
     """Why the mutant does not start (the tail of the error), or None when it does."""
+    module = module_name(mutation.path) if mutation.path.endswith(".py") else "django"  # a configuration file
     result = subprocess.run(
-        [python(), "-c", STARTUP_CHECK, module_name(mutation.path)],
+        [python(), "-c", STARTUP_CHECK, module],
         cwd=root,
         env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
         capture_output=True,
