@@ -155,8 +155,21 @@ def shop_currency_setting(app_configs: Any = None, **kwargs: Any) -> list[checks
 
 @checks.register(PRODUCTION_TAG)
 def production_secret_key(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """A published key lets anyone forge sessions, CSRF tokens and sandbox payment links."""
-    if settings.PRODUCTION and demo.is_published(settings.SECRET_KEY):
+    """A published key lets anyone forge sessions, CSRF tokens and sandbox payment links; so does a published
+    fallback key (every value signed with a fallback is accepted)."""
+    if not settings.PRODUCTION:
+        return []
+    published_fallbacks = [i for i, key in enumerate(settings.SECRET_KEY_FALLBACKS, 1) if demo.is_published(key)]
+    if published_fallbacks:
+        return [
+            checks.Error(
+                f"DJANGO_SECRET_KEY_FALLBACKS entry {', '.join(map(str, published_fallbacks))} is a published "
+                "demo/test value (it is in this repository): anyone can forge sessions and signed links with it.",
+                hint="Remove it: only the keys this shop itself signed with belong there (docs/operations.md).",
+                id="skincare.E002",
+            )
+        ]
+    if demo.is_published(settings.SECRET_KEY):
         return [
             checks.Error(
                 "DJANGO_SECRET_KEY is a published demo/test value (it is in this repository): anyone can forge "

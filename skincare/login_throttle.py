@@ -19,7 +19,9 @@ Keystone do): a successful admin login sets a signed cookie naming the account a
 alone: ``ADMIN_LOGIN_MAX_FAILURES`` of its own failures lock that browser and nothing else. So no number of
 strangers' failures, rented addresses (a /56 is 256 /64s) or clients sharing an undeclared proxy's address can lock
 the operator out of a browser they have logged in from before, and a stolen cookie is worth five guesses a window.
-A browser without a valid cookie for the account (a new laptop) falls under the counters above.
+A browser without a valid cookie for the account (a new laptop) falls under the counters above. Each issued device is
+a row of ``admin_known_devices`` and a cookie counts only while its row is there: ``python manage.py
+admin_known_devices`` lists them and revokes one (``--revoke ID``), an account's or all of them.
 
 The client is its address behind ``TRUSTED_PROXIES`` (:mod:`skincare.clientaddr`), an IPv6 client by its /64; a
 request without a readable address (a unix socket) counts in one explicit "unknown" bucket (NULL) with a limit of
@@ -78,8 +80,11 @@ def login_username(raw: object) -> str:
 
 
 def known_device(request: HttpRequest, username: str) -> str | None:
-    """The device id of ``request``'s known-device cookie when it is valid (signed by this shop, unexpired) and names
-    ``username``; None otherwise."""
+    """The device id of ``request``'s known-device cookie when it is valid (signed by this shop with its key or a
+    fallback key, unexpired), names ``username`` and has not been revoked (its row is in ``admin_known_devices``);
+    None otherwise."""
+    from skincare.models import KnownDevice
+
     value = request.COOKIES.get(KNOWN_DEVICE_COOKIE)
     if not value or not username:
         return None
@@ -87,14 +92,42 @@ def known_device(request: HttpRequest, username: str) -> str | None:
         named, device = signing.loads(value, salt=KNOWN_DEVICE_SALT, max_age=KNOWN_DEVICE_MAX_AGE_SECONDS)
     except (signing.BadSignature, ValueError, TypeError):
         return None
-    return device if named == username and isinstance(device, str) else None
+    if named != username or not isinstance(device, str):
+        return None
+    return device if KnownDevice.objects.filter(device=device, username=username).exists() else None
 
 
 def issue_device(request: HttpRequest, username: str) -> str:
-    """A fresh device id for a successful login of ``username``; the middleware sets its cookie on the response."""
+    """A fresh device id for a successful login of ``username``, recorded in ``admin_known_devices`` (expired ones
+    are deleted); the middleware sets its cookie on the response."""
+    from skincare.models import KnownDevice
+
     device = secrets.token_hex(16)
+    KnownDevice.objects.create(
+        device=device,
+        username=username,
+        client_ip=client_ip(request),
+        user_agent=request.META.get("HTTP_USER_AGENT", "")[:200],
+    )
+    expired = ExpressionWrapper(Now() - timedelta(seconds=KNOWN_DEVICE_MAX_AGE_SECONDS), output_field=DateTimeField())
+    KnownDevice.objects.filter(issued_at__lt=expired).delete()
     setattr(request, NEW_DEVICE_ATTRIBUTE, signing.dumps([username, device], salt=KNOWN_DEVICE_SALT))
     return device
+
+
+def revoke_devices(*, device: str | None = None, username: str | None = None) -> int:
+    """Revoke known devices: the one ``device`` id, every device of ``username``, or with neither every device of
+    every account. Their cookies are then ignored (their browsers fall under the address counters). Returns how many
+    were revoked."""
+    from skincare.models import KnownDevice
+
+    devices = KnownDevice.objects.all()
+    if device is not None:
+        devices = devices.filter(device=device)
+    if username is not None:
+        devices = devices.filter(username=login_username(username))
+    deleted, _ = devices.delete()
+    return deleted
 
 
 def window_start() -> ExpressionWrapper:

@@ -17,7 +17,7 @@ from skincare.login_throttle import (
     login_username,
     window_start,
 )
-from skincare.models import AdminLoginFailure
+from skincare.models import AdminLoginFailure, KnownDevice
 
 
 def _is_admin_login(request: HttpRequest | None) -> bool:
@@ -52,4 +52,5 @@ def forget_admin_login_failures(sender: Any, request: HttpRequest | None, user: 
         device = known_device(request, user.get_username())
         if device is not None:
             AdminLoginFailure.objects.filter(device=device).delete()
+            KnownDevice.objects.filter(device=device).delete()  # replaced by the fresh id below
         issue_device(request, user.get_username())

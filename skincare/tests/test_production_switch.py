@@ -137,6 +137,8 @@ def test_the_production_image_sets_production_and_runs_unprivileged() -> None:
 KEY, WEBHOOK = "DJANGO_SECRET_KEY", "PAYMENT_WEBHOOK_SECRET"
 WEAK = {
     "one-character secret key": ({KEY: "x"}, "security.W009"),
+    "one-character fallback key": ({"DJANGO_SECRET_KEY_FALLBACKS": "x"}, "security.W025"),
+    "published fallback key": ({"DJANGO_SECRET_KEY_FALLBACKS": demo.DEMO_SECRET_KEY}, "skincare.E002"),
     "low-entropy secret key": ({KEY: "ab" * 40}, "security.W009"),
     "wildcard hosts": ({"DJANGO_ALLOWED_HOSTS": "*"}, "skincare.E021"),
     "HSTS off": ({"DJANGO_SECURE_HSTS_SECONDS": "0"}, "security.W004"),
