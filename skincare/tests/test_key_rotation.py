@@ -4,6 +4,7 @@ known-device cookies, admin sessions) while everything new is signed with the ne
 rotation without the fallback, invalidates each of them. Production refuses a published fallback as it refuses a
 published key."""
 
+import secrets
 import subprocess
 import sys
 
@@ -17,8 +18,8 @@ from skincare import checks, demo, login_throttle
 from skincare.tests.test_production import ROOT, production_env
 from waitingroom import passtoken
 
-OLD_KEY = "the-previous-secret-key-of-this-test-" + "x7Qp2Lr9Vb4Nm8Kd3Hs6Jt1Wz5Yc0Fg"
-NEW_KEY = "the-current-secret-key-of-this-test-" + "a1Sd4Fg7Hj0Kl3Zx6Cv9Bn2Mq5We8Rt"
+# Drawn per run: a key written in the repository would be a published one.
+OLD_KEY, NEW_KEY = secrets.token_urlsafe(50), secrets.token_urlsafe(50)
 ROTATIONS = pytest.mark.parametrize(
     ("fallbacks", "accepted"), [([OLD_KEY], True), ([], False)], ids=["old-key-in-fallbacks", "control-no-fallback"]
 )
@@ -97,7 +98,7 @@ def test_the_fallbacks_are_read_from_the_environment() -> None:
         **production_env(DJANGO_ENV="development"),
         "DJANGO_READ_DOT_ENV_FILE": "false",
         "DJANGO_SECRET_KEY": NEW_KEY,
-        "DJANGO_SECRET_KEY_FALLBACKS": f"{OLD_KEY},another-earlier-key-{'k' * 40}",
+        "DJANGO_SECRET_KEY_FALLBACKS": f"{OLD_KEY},{secrets.token_urlsafe(50)}",
         "DJANGO_SETTINGS_MODULE": "config.settings",
     }
     run = [sys.executable, "-c", PRINT_FALLBACK_ACCEPTS, token]
