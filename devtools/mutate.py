@@ -726,7 +726,7 @@ MUTATIONS = [
     ),
     Mutation(
         "trusted-proxies-too-wide-allowed",
-        "production accepts a TRUSTED_PROXIES range wider than a private network",
+        "production accepts a TRUSTED_PROXIES range outside the private and loopback networks",
         "skincare/checks.py",
         "production_trusted_proxies",
         "if not settings.PRODUCTION:",
