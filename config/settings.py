@@ -76,6 +76,14 @@ if not SECRET_KEY:
             f"which writes the demo values to .env. {_DEVELOPMENT_HINT}".strip()
         )
     SECRET_KEY = demo.DEBUG_FALLBACK_SECRET_KEY  # development only
+# Earlier secret keys (comma-separated, newest first), while the key rotates (docs/operations.md#rotate-the-secret-key):
+# what they signed (sessions, queue passes, payment links, known-device cookies) is still accepted; nothing new is
+# signed with them. Production refuses a published one (skincare.E002) and a weak one (Django's security.W025, refused
+# as skincare.E020); an empty entry ("a,,b") refuses to start.
+_fallbacks = env.str("DJANGO_SECRET_KEY_FALLBACKS", default="")
+SECRET_KEY_FALLBACKS = _fallbacks.split(",") if _fallbacks else []
+if not all(key.strip() for key in SECRET_KEY_FALLBACKS):
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY_FALLBACKS has an empty entry: list the earlier keys, comma-separated")
 ALLOWED_HOSTS = (
     env.list("DJANGO_ALLOWED_HOSTS")
     if PRODUCTION

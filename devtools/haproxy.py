@@ -1,6 +1,12 @@
-"""HAProxy in front of the gunicorn instances, for ``make scaleout`` and ``make deploy-rehearsal`` (Debian's
-``haproxy`` 2.6, installed by ``make haproxy-deps``; production runs its own with the same configuration).
+"""HAProxy in front of the gunicorn instances, for ``make scaleout``, ``make deploy-rehearsal``, ``make loadtest`` and
+the tests (Debian's ``haproxy`` 2.6, installed by ``make haproxy-deps``). The configuration is production's own,
+``deploy/haproxy/haproxy.cfg.template``: :func:`render_config` fills in its placeholders (addresses, ports, limits)
+and nothing else, and ``python -m devtools.haproxy`` renders it for a production host.
 
+- the client's address and scheme: the front removes any ``X-Forwarded-For``, ``X-Forwarded-Proto`` (and the
+  other forwarding headers) a client sent, then appends the connection's own address (``option forwardfor``) and
+  sets ``X-Forwarded-Proto`` to ``https`` or ``http`` by the connection's TLS
+  (``skincare/tests/test_front_owns_the_client_address.py``);
 - health: ``GET /readyz`` every 500 ms; two failures take an instance out, one success puts it back;
 - each instance gets at most ``maxconn`` requests at a time (its sync workers); the rest wait in HAProxy's queue,
   at most ``timeout queue`` (:data:`QUEUE_TIMEOUT_MS`, the bound a request must start within), then the buyer gets
@@ -13,8 +19,8 @@
 - the runtime API (a Unix socket, ``level admin``) drains an instance (``set server web/NAME state drain``: no new
   requests, the ones in flight finish) and puts it back (``state ready``): :meth:`HAProxy.drain`, :meth:`ready`.
 
-:func:`render_config` is pure (``skincare/tests/test_rehearsal_config.py`` checks what it promises); the process
-is started on a free port on 127.0.0.1 and stopped by its pid.
+:func:`render_config` reads only the template (``skincare/tests/test_rehearsal_config.py`` checks what it
+promises); the process is started on a free port on 127.0.0.1 and stopped by its pid.
 """
 
 from __future__ import annotations
@@ -27,15 +33,17 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from string import Template
 from types import TracebackType
 
 from devtools.processes import ROOT, free_port
 
+TEMPLATE = ROOT / "deploy" / "haproxy" / "haproxy.cfg.template"
 ERRORFILE_503 = ROOT / "deploy" / "haproxy" / "503.http"
 BACKEND = "web"
-CHECK_INTERVAL_MS = 500
 # The bound: a request that cannot start on a worker within this long after it reached the front is answered 503 with
 # Retry-After (the errorfile) instead of waiting on (docs/operations.md#overload-a-fast-503-never-a-time-out).
 QUEUE_TIMEOUT_MS = 2000
@@ -52,48 +60,41 @@ def binary() -> str | None:
 
 def render_config(
     *,
-    port: int,
-    servers: dict[str, int],
-    admin_socket: Path,
+    servers: Mapping[str, int | str],
+    admin_socket: Path | str,
     maxconn: int,
+    port: int | None = None,
+    binds: Sequence[str] = (),
     queue_timeout_ms: int = QUEUE_TIMEOUT_MS,
     server_timeout_ms: int = 30_000,
-    errorfile: Path = ERRORFILE_503,
+    errorfile: Path | str = ERRORFILE_503,
     max_clients: int = MAX_CLIENTS,
     log_requests: bool = False,
+    template: Path = TEMPLATE,
 ) -> str:
-    """The whole haproxy.cfg: one frontend on 127.0.0.1:``port``, one backend of ``servers`` (name → port)."""
-    lines = [
-        "global",
-        f"    maxconn {max_clients}",
-        f"    stats socket {admin_socket} mode 600 level admin",
-        *(["    log stdout format raw local0"] if log_requests else []),
-        "",
-        "defaults",
-        "    mode http",
-        *(["    log global", f"    log-format '{LOG_FORMAT}'"] if log_requests else ["    option httplog"]),
-        "    timeout connect 2s",
-        "    timeout client 60s",
-        f"    timeout server {server_timeout_ms}ms",
-        f"    timeout queue {queue_timeout_ms}ms",
-        "    retries 3",
-        "    option redispatch 1",
-        f"    errorfile 503 {errorfile}",
-        "",
-        "frontend shop",
-        f"    bind 127.0.0.1:{port}",
-        f"    maxconn {max_clients}",
-        f"    default_backend {BACKEND}",
-        "",
-        f"backend {BACKEND}",
-        "    balance leastconn",
-        "    option httpchk",
-        "    http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host 127.0.0.1",
-        "    http-check expect status 200",
-        f"    default-server inter {CHECK_INTERVAL_MS}ms fall 2 rise 1 maxconn {maxconn}",
-    ]
-    lines += [f"    server {name} 127.0.0.1:{server_port} check" for name, server_port in servers.items()]
-    return "\n".join(lines) + "\n"
+    """The whole haproxy.cfg: ``template`` (production's) with its placeholders filled in. The frontend listens on
+    127.0.0.1:``port`` and/or each of ``binds`` (a ``bind`` line's arguments, e.g. ``:443 ssl crt /etc/haproxy/shop.pem``);
+    the backend is ``servers``: name → a port on 127.0.0.1, or ``host:port``. A placeholder left unfilled is an
+    error (``KeyError``), never an empty value."""
+    bind_lines = ([f"127.0.0.1:{port}"] if port is not None else []) + list(binds)
+    if not bind_lines or not servers:
+        raise ValueError("the front needs at least one bind address and one server")
+    values = {
+        "max_clients": max_clients,
+        "admin_socket": admin_socket,
+        "global_log": "    log stdout format raw local0" if log_requests else "",
+        "defaults_log": f"    log global\n    log-format '{LOG_FORMAT}'" if log_requests else "    option httplog",
+        "server_timeout_ms": server_timeout_ms,
+        "queue_timeout_ms": queue_timeout_ms,
+        "errorfile": errorfile,
+        "binds": "\n".join(f"    bind {line}" for line in bind_lines),
+        "maxconn": maxconn,
+        "servers": "\n".join(
+            f"    server {name} {f'127.0.0.1:{where}' if isinstance(where, int) else where} check"
+            for name, where in servers.items()
+        ),
+    }
+    return Template(template.read_text()).substitute(values)
 
 
 def parse_stat(text: str) -> dict[str, dict[str, str]]:
@@ -126,17 +127,7 @@ class HAProxy:
         if exe is None:
             raise SystemExit("haproxy is not installed (as root: make haproxy-deps, or apt-get install haproxy)")
         config = self.workdir / "haproxy.cfg"
-        config.write_text(
-            render_config(
-                port=self.port,
-                servers=self.servers,
-                admin_socket=self.admin_socket,
-                maxconn=self.maxconn,
-                queue_timeout_ms=self.queue_timeout_ms,
-                max_clients=self.max_clients,
-                log_requests=self.log_path is not None,
-            )
-        )
+        config.write_text(self.render())
         needed, (_soft, hard) = 2 * self.max_clients + 100, resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard != resource.RLIM_INFINITY and needed > hard:
             raise SystemExit(
@@ -160,6 +151,18 @@ class HAProxy:
             time.sleep(0.1)
         self.stop()
         raise SystemExit(f"haproxy did not see every instance UP within {timeout}s")
+
+    def render(self) -> str:
+        """This front's haproxy.cfg (production's template, :func:`render_config`)."""
+        return render_config(
+            port=self.port,
+            servers=self.servers,
+            admin_socket=self.admin_socket,
+            maxconn=self.maxconn,
+            queue_timeout_ms=self.queue_timeout_ms,
+            max_clients=self.max_clients,
+            log_requests=self.log_path is not None,
+        )
 
     def command(self, line: str) -> str:
         """One runtime API command; its answer."""
@@ -215,3 +218,37 @@ class HAProxy:
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print production's haproxy.cfg for the given addresses (the same template every rehearsal runs)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.haproxy", description="Render deploy/haproxy/haproxy.cfg.template for a host."
+    )
+    parser.add_argument("--bind", action="append", required=True, help="a bind line's arguments (repeatable)")
+    parser.add_argument("--server", action="append", required=True, help="NAME=HOST:PORT of a gunicorn instance")
+    parser.add_argument("--maxconn", type=int, required=True, help="requests at once per instance: its sync workers")
+    parser.add_argument("--admin-socket", default="/run/haproxy/admin.sock")
+    parser.add_argument("--errorfile", default="/etc/haproxy/errors/503.http", help="where deploy/haproxy/503.http is")
+    parser.add_argument("--max-clients", type=int, default=MAX_CLIENTS)
+    args = parser.parse_args(argv)
+    servers = dict(item.split("=", 1) for item in args.server if "=" in item)
+    if len(servers) != len(args.server):
+        parser.error("--server takes NAME=HOST:PORT")
+    print(
+        render_config(
+            binds=args.bind,
+            servers=servers,
+            admin_socket=args.admin_socket,
+            maxconn=args.maxconn,
+            errorfile=args.errorfile,
+            max_clients=args.max_clients,
+        ),
+        end="",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -2,8 +2,9 @@
 
 Each mutation names its target by the syntax tree, not by exact source text: a file, the qualified name of the
 function, method, class or module-level constant (a SQL string) that holds the code (``<module>`` for a module's
-own statements, such as its imports; the only target of a file that is not Python, such as the Makefile), and a
-snippet that must occur exactly once in that definition's source,
+own statements, such as its imports; the only target of a file that is not Python, such as the Makefile or the
+front's ``deploy/haproxy/haproxy.cfg.template``), and a snippet that must occur exactly once in that definition's
+source,
 compared with whitespace ignored (so ``ruff format`` or re-indented SQL does not break it). The snippet's text is
 replaced and the file must still parse.
 
@@ -392,7 +393,7 @@ MUTATIONS = [
         "throttle-raw-username",
         'the admin throttle counts the raw POSTed username ("demo-ops " dodges it)',
         "skincare/login_throttle.py",
-        "AdminLoginThrottleMiddleware.blocked",
+        "AdminLoginThrottleMiddleware.__call__",
         'username = login_username(request.POST.get("username", ""))',
         'username = request.POST.get("username", "")[:150]',
         ("skincare/tests/test_client_address.py::test_a_username_with_spaces_counts_for_the_account",),
@@ -726,13 +727,35 @@ MUTATIONS = [
     ),
     Mutation(
         "trusted-proxies-too-wide-allowed",
-        "production accepts a TRUSTED_PROXIES range wider than a private network",
+        "production accepts a TRUSTED_PROXIES range outside the private and loopback networks",
         "skincare/checks.py",
         "production_trusted_proxies",
         "if not settings.PRODUCTION:",
         "if True:",
         (
             "skincare/tests/test_production_switch.py::test_production_refuses_weak_secrets_and_failed_deployment_checks",
+        ),
+    ),
+    Mutation(
+        "trusted-proxies-ipv6-half-internet",
+        "production trusts an IPv6 range of half the internet (8000::/1 counts as a proxy network)",
+        "skincare/clientaddr.py",
+        "PROXY_NETWORKS",
+        '"fc00::/7"',
+        '"8000::/1"',
+        (
+            "skincare/tests/test_client_address.py::test_production_refuses_trusted_ranges_that_are_not_private_or_loopback",
+        ),
+    ),
+    Mutation(
+        "trusted-proxies-width-only",
+        "a trusted range is checked for its width only: a public /8 or /24 passes as a proxy network",
+        "skincare/clientaddr.py",
+        "not_private",
+        "network.subnet_of(allowed)",
+        "network.prefixlen >= allowed.prefixlen",
+        (
+            "skincare/tests/test_client_address.py::test_production_refuses_trusted_ranges_that_are_not_private_or_loopback",
         ),
     ),
     Mutation(
@@ -781,10 +804,86 @@ MUTATIONS = [
         "known-device-ignored",
         "a browser that logged in before is throttled like any other (the username-wide lock aims at the operator)",
         "skincare/login_throttle.py",
-        "AdminLoginThrottleMiddleware.blocked",
+        "AdminLoginThrottleMiddleware.__call__",
         "device=known_device(request, username)",
         "device=None",
         ("skincare/tests/test_login_lockout.py::test_a_known_device_logs_in_through_the_username_and_address_locks",),
+    ),
+    Mutation(
+        "login-throttle-check-then-record",
+        "the admin login throttle checks its counters, lets the attempt through and records the failure afterwards",
+        "skincare/login_throttle.py",
+        "admit",
+        'attempt = AdminLoginFailure.objects.create(client_ip=address, username=username, device=device or "")',
+        "return True, None",
+        ("skincare/tests/test_login_throttle_race.py::test_concurrent_wrong_passwords_let_at_most_the_limit_through",),
+    ),
+    Mutation(
+        "login-throttle-count-unlocked",
+        "the admin login throttle counts and records without the counters' lock (concurrent attempts all count first)",
+        "skincare/login_throttle.py",
+        "admit",
+        'advisory_xact_lock(space="admin_login", idents=counter_keys(address=address, username=username, device=device))',
+        "pass",
+        ("skincare/tests/test_login_throttle_race.py::test_the_count_and_the_record_are_taken_under_one_lock",),
+    ),
+    Mutation(
+        "known-device-never-expires",
+        "a known-device cookie is honoured however old it is",
+        "skincare/login_throttle.py",
+        "known_device",
+        "signing.loads(value, salt=KNOWN_DEVICE_SALT, max_age=KNOWN_DEVICE_MAX_AGE_SECONDS)",
+        "signing.loads(value, salt=KNOWN_DEVICE_SALT)",
+        ("skincare/tests/test_login_lockout.py::test_a_known_device_cookie_older_than_its_lifetime_is_not_honoured",),
+    ),
+    Mutation(
+        "known-device-cookie-no-lifetime",
+        "the known-device cookie is set without its lifetime (Max-Age)",
+        "skincare/login_throttle.py",
+        "AdminLoginThrottleMiddleware.__call__",
+        "max_age=KNOWN_DEVICE_MAX_AGE_SECONDS,",
+        "",
+        (
+            "skincare/tests/test_login_lockout.py::test_the_known_device_cookie_has_a_lifetime_and_is_secure_in_production",
+        ),
+    ),
+    Mutation(
+        "known-device-cookie-not-secure",
+        "the known-device cookie is sent without Secure in production (it travels over plain HTTP)",
+        "skincare/login_throttle.py",
+        "AdminLoginThrottleMiddleware.__call__",
+        "secure=settings.SESSION_COOKIE_SECURE,",
+        "secure=False,",
+        (
+            "skincare/tests/test_login_lockout.py::test_the_known_device_cookie_has_a_lifetime_and_is_secure_in_production",
+        ),
+    ),
+    Mutation(
+        "known-device-unrevocable",
+        "a known-device cookie is honoured after its device was revoked (its signature is all that is checked)",
+        "skincare/login_throttle.py",
+        "known_device",
+        "return device if KnownDevice.objects.filter(device=device, username=username).exists() else None",
+        "return device",
+        ("skincare/tests/test_login_lockout.py::test_a_known_device_is_revoked_one_by_one_and_all_at_once",),
+    ),
+    Mutation(
+        "secret-key-fallbacks-unread",
+        "DJANGO_SECRET_KEY_FALLBACKS is not read (rotating the key invalidates every pass, link and session at once)",
+        "config/settings.py",
+        "SECRET_KEY_FALLBACKS",
+        '_fallbacks.split(",") if _fallbacks else []',
+        "[]",
+        ("skincare/tests/test_key_rotation.py::test_the_fallbacks_are_read_from_the_environment",),
+    ),
+    Mutation(
+        "published-fallback-key-allowed",
+        "production accepts a published demo/test key among DJANGO_SECRET_KEY_FALLBACKS",
+        "skincare/checks.py",
+        "production_secret_key",
+        "if demo.is_published(key)]",
+        "if False]",
+        ("skincare/tests/test_key_rotation.py::test_production_refuses_a_published_fallback_key",),
     ),
     Mutation(
         "unlock-reads-raw-address",
@@ -1425,10 +1524,10 @@ MUTATIONS = [
     Mutation(
         "front-queue-unbounded",
         "the front's queue timeout is not the bound: a request waits a minute for a worker instead of a fast 503",
-        "devtools/haproxy.py",
-        "render_config",
-        'f"    timeout queue {queue_timeout_ms}ms",',
-        '"    timeout queue 60s",',
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "timeout queue ${queue_timeout_ms}ms",
+        "timeout queue 60s",
         (
             "skincare/tests/test_front_sheds.py::"
             "test_a_request_that_cannot_start_within_the_bound_gets_the_fronts_503_with_retry_after",
@@ -1810,6 +1909,42 @@ MUTATIONS = [
         "pip install --no-cache-dir -r requirements.lock",
         ("skincare/tests/test_lock_files.py::test_make_and_the_image_install_only_a_lock_with_require_hashes",),
     ),
+    Mutation(
+        "front-keeps-client-forwarded-for",
+        "the front appends to the X-Forwarded-For a client sent instead of removing it",
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "http-request del-header X-Forwarded-For",
+        "",
+        (
+            "skincare/tests/test_front_owns_the_client_address.py::test_the_application_sees_the_fronts_headers_never_the_clients",
+            "skincare/tests/test_front_owns_the_client_address.py::test_a_client_inside_the_trusted_range_cannot_forge_its_address_through_the_front",
+        ),
+    ),
+    Mutation(
+        "front-no-forwardfor",
+        "the front does not append the client's address (every client is the front's one address)",
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "option forwardfor",
+        "",
+        (
+            "skincare/tests/test_front_owns_the_client_address.py::test_a_forged_x_forwarded_for_has_no_effect_on_the_login_throttle",
+        ),
+    ),
+    Mutation(
+        "front-keeps-client-proto",
+        "the front passes on the X-Forwarded-Proto a client sent (plain HTTP claims to be HTTPS)",
+        "deploy/haproxy/haproxy.cfg.template",
+        MODULE,
+        "http-request del-header X-Forwarded-Proto\n"
+        "http-request set-header X-Forwarded-Proto https if { ssl_fc }\n"
+        "http-request set-header X-Forwarded-Proto http if !{ ssl_fc }",
+        "",
+        (
+            "skincare/tests/test_front_owns_the_client_address.py::test_the_application_sees_the_fronts_headers_never_the_clients",
+        ),
+    ),
 ]
 
 
@@ -1899,7 +2034,7 @@ def mutated_source(text: str, mutation: Mutation) -> str:
     start, end = locate(text, mutation)
     mutated = text[:start] + mutation.replacement + text[end:]
     if not mutation.path.endswith(".py"):
-        return mutated  # a Makefile, a Dockerfile: its whole text is the target (where = <module>)
+        return mutated  # a Makefile, a Dockerfile, a configuration file: its whole text is the target (<module>)
     try:
         ast.parse(mutated, filename=mutation.path)
     except SyntaxError as exc:
@@ -1955,8 +2090,9 @@ importlib.import_module(sys.argv[1])
 
 def startup_error(root: Path, mutation: Mutation, env: dict[str, str]) -> str | None:
     """Why the mutant does not start (the tail of the error), or None when it does."""
+    module = module_name(mutation.path) if mutation.path.endswith(".py") else "django"  # a configuration file
     result = subprocess.run(
-        [python(), "-c", STARTUP_CHECK, module_name(mutation.path)],
+        [python(), "-c", STARTUP_CHECK, module],
         cwd=root,
         env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
         capture_output=True,

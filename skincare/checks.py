@@ -48,10 +48,10 @@ def rate_limit_setting(app_configs: Any = None, **kwargs: Any) -> list[checks.Ch
 
 @checks.register()
 def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """TRUSTED_PROXIES must be CIDRs, and no wider than a private network (a warning here in development; production
-    refuses it, ``production_trusted_proxies``); in production /metrics answers only with METRICS_TOKEN, so say when
-    it is unset."""
-    from skincare.clientaddr import parse_networks, too_wide
+    """TRUSTED_PROXIES must be CIDRs, each inside a private or loopback network (a warning here in development;
+    production refuses it, ``production_trusted_proxies``); in production /metrics answers only with METRICS_TOKEN,
+    so say when it is unset."""
+    from skincare.clientaddr import not_private, parse_networks
 
     problems: list[checks.CheckMessage] = []
     try:
@@ -60,11 +60,11 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
         problems.append(checks.Error(f"TRUSTED_PROXIES: {exc}", id="skincare.E010"))
         networks = ()
     # In production such a range is refused instead (production_trusted_proxies, skincare.E013).
-    wide = [] if settings.PRODUCTION else too_wide(networks)
-    for network in wide:
+    public = [] if settings.PRODUCTION else not_private(networks)
+    for network in public:
         problems.append(
             checks.Warning(
-                f"TRUSTED_PROXIES: {network} is wider than a private network: every client in it can write the "
+                f"TRUSTED_PROXIES: {network} is not a private or loopback network: every client in it can write the "
                 "X-Forwarded-For entry the login throttle and /metrics believe.",
                 hint="List your reverse proxies' own addresses or subnets (e.g. 10.0.3.0/24).",
                 id="skincare.W010",
@@ -83,9 +83,10 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
 
 @checks.register(PRODUCTION_TAG)
 def production_trusted_proxies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """A trusted range wider than a private network takes in clients that are not proxies: each of them could write
-    the X-Forwarded-For entry the login throttle and /metrics believe (any address, loopback included)."""
-    from skincare.clientaddr import parse_networks, too_wide
+    """A trusted range outside the private and loopback networks takes in clients that are not the shop's proxies:
+    each of them could write the X-Forwarded-For entry the login throttle and /metrics believe (any address,
+    loopback included)."""
+    from skincare.clientaddr import not_private, parse_networks
 
     if not settings.PRODUCTION:
         return []
@@ -95,12 +96,13 @@ def production_trusted_proxies(app_configs: Any = None, **kwargs: Any) -> list[c
         return []  # skincare.E010, every mode
     return [
         checks.Error(
-            f"TRUSTED_PROXIES: {network} is wider than a private network (/8 for IPv4, fc00::/7 for IPv6): every "
-            "client in it could write the X-Forwarded-For entry the login throttle and /metrics believe.",
+            f"TRUSTED_PROXIES: {network} is not inside a private or loopback network (10.0.0.0/8, 172.16.0.0/12, "
+            "192.168.0.0/16, 127.0.0.0/8, fc00::/7, ::1): every client in it could write the X-Forwarded-For entry "
+            "the login throttle and /metrics believe.",
             hint="List your reverse proxies' own addresses or subnets (e.g. 10.0.3.0/24).",
             id="skincare.E013",
         )
-        for network in too_wide(networks)
+        for network in not_private(networks)
     ]
 
 
@@ -153,8 +155,21 @@ def shop_currency_setting(app_configs: Any = None, **kwargs: Any) -> list[checks
 
 @checks.register(PRODUCTION_TAG)
 def production_secret_key(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """A published key lets anyone forge sessions, CSRF tokens and sandbox payment links."""
-    if settings.PRODUCTION and demo.is_published(settings.SECRET_KEY):
+    """A published key lets anyone forge sessions, CSRF tokens and sandbox payment links; so does a published
+    fallback key (every value signed with a fallback is accepted)."""
+    if not settings.PRODUCTION:
+        return []
+    published_fallbacks = [i for i, key in enumerate(settings.SECRET_KEY_FALLBACKS, 1) if demo.is_published(key)]
+    if published_fallbacks:
+        return [
+            checks.Error(
+                f"DJANGO_SECRET_KEY_FALLBACKS entry {', '.join(map(str, published_fallbacks))} is a published "
+                "demo/test value (it is in this repository): anyone can forge sessions and signed links with it.",
+                hint="Remove it: only the keys this shop itself signed with belong there (docs/operations.md).",
+                id="skincare.E002",
+            )
+        ]
+    if demo.is_published(settings.SECRET_KEY):
         return [
             checks.Error(
                 "DJANGO_SECRET_KEY is a published demo/test value (it is in this repository): anyone can forge "

@@ -18,8 +18,8 @@ unix socket) has no address: the login throttle counts it in an explicit "unknow
 ``/metrics`` does not treat it as loopback.
 
 A request with ``X-Forwarded-For`` while ``TRUSTED_PROXIES`` is empty logs one warning per process (a proxy nobody
-declared makes every client it forwards one address); production refuses a trusted range wider than a private
-network (``skincare.E013``).
+declared makes every client it forwards one address); production refuses a trusted range that is not private or
+loopback (``skincare.E013``).
 """
 
 import functools
@@ -128,14 +128,25 @@ def report_untrusted_forwarding(request: HttpRequest) -> None:
     )
 
 
-# The widest private networks (10.0.0.0/8, fc00::/7): a trusted range wider than these takes in addresses that are
-# not yours, whose X-Forwarded-For would then be believed (refused in production, skincare.E013; skincare.W010 in
-# development).
-WIDEST_PRIVATE_PREFIX = {4: 8, 6: 7}
+# The networks a reverse proxy of the shop may be in: private (RFC 1918, IPv6 unique local fc00::/7) and loopback.
+# A trusted range outside them takes in addresses that are not yours, whose X-Forwarded-For would then be believed
+# (refused in production, skincare.E013; skincare.W010 in development).
+PROXY_NETWORKS: tuple[Network, ...] = tuple(
+    ipaddress.ip_network(network)
+    for network in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.0/8", "fc00::/7", "::1/128")
+)
 
 
-def too_wide(networks: Iterable[Network]) -> list[Network]:
-    return [network for network in networks if network.prefixlen < WIDEST_PRIVATE_PREFIX[network.version]]
+def not_private(networks: Iterable[Network]) -> list[Network]:
+    """The ranges of ``networks`` that are not wholly inside a private or loopback network (PROXY_NETWORKS)."""
+    return [
+        network
+        for network in networks
+        if not any(
+            network.version == allowed.version and network.subnet_of(allowed)  # type: ignore[arg-type]
+            for allowed in PROXY_NETWORKS
+        )
+    ]
 
 
 def throttle_key(address: Address | None) -> str | None:

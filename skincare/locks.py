@@ -12,7 +12,13 @@ from collections.abc import Iterable
 
 from django.db import connection
 
-ADVISORY_KEY_SPACES = {"inventory_product": 1, "customer_checkout": 2, "product_queue": 3, "sweeper_lease": 4}
+ADVISORY_KEY_SPACES = {
+    "inventory_product": 1,
+    "customer_checkout": 2,
+    "product_queue": 3,
+    "admin_login": 4,
+    "sweeper_lease": 5,
+}
 _ID_BITS = 47
 
 

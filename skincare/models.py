@@ -1,4 +1,4 @@
-"""The foundation's own tables: failed admin logins (the login throttle, skincare.middleware), customer API
+"""The foundation's own tables: failed admin logins and known devices (the login throttle), customer API
 tokens (digests only), the feed of their invalidations, and rate-limit counters."""
 
 import hashlib
@@ -26,6 +26,26 @@ class AdminLoginFailure(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username or '-'} from {self.client_ip or '-'} at {self.failed_at}"
+
+
+class KnownDevice(models.Model):
+    """A browser the admin login throttle knows (skincare.login_throttle): a successful admin login issues one and
+    its signed cookie names it. A cookie is honoured only while its row is here: deleting the row revokes that
+    browser (``python manage.py admin_known_devices --revoke``), deleting them all revokes every browser."""
+
+    device = models.CharField(max_length=32, unique=True)
+    username = models.CharField(max_length=150)
+    issued_at = models.DateTimeField(db_default=Now())
+    # Where the login came from, to tell one browser from another in the list.
+    client_ip = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "admin_known_devices"
+        indexes = [models.Index(fields=["username", "issued_at"], name="admin_known_device_user_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.device} of {self.username} since {self.issued_at}"
 
 
 def api_token_digest(token: str) -> str:

@@ -8,8 +8,16 @@ from django.dispatch import receiver
 from django.http import HttpRequest
 from django.urls import reverse
 
-from skincare.login_throttle import client_ip, issue_device, known_device, login_username, window_start
-from skincare.models import AdminLoginFailure
+from skincare.login_throttle import (
+    ATTEMPT_ATTRIBUTE,
+    FAILED_ATTRIBUTE,
+    client_ip,
+    issue_device,
+    known_device,
+    login_username,
+    window_start,
+)
+from skincare.models import AdminLoginFailure, KnownDevice
 
 
 def _is_admin_login(request: HttpRequest | None) -> bool:
@@ -23,10 +31,13 @@ def record_admin_login_failure(
     if not _is_admin_login(request):
         return
     assert request is not None
-    username = login_username(credentials.get("username", ""))  # already the form's cleaned value; the same rule
-    AdminLoginFailure.objects.create(
-        client_ip=client_ip(request), username=username, device=known_device(request, username) or ""
-    )
+    if getattr(request, ATTEMPT_ATTRIBUTE, None) is not None:
+        setattr(request, FAILED_ATTRIBUTE, True)  # the throttle counted this attempt before it let it through: keep it
+    else:  # a login the throttle's middleware did not count
+        username = login_username(credentials.get("username", ""))  # already the form's cleaned value; the same rule
+        AdminLoginFailure.objects.create(
+            client_ip=client_ip(request), username=username, device=known_device(request, username) or ""
+        )
     # Keep the table small: rows older than the window no longer count.
     AdminLoginFailure.objects.filter(failed_at__lt=window_start()).delete()
 
@@ -41,4 +52,5 @@ def forget_admin_login_failures(sender: Any, request: HttpRequest | None, user: 
         device = known_device(request, user.get_username())
         if device is not None:
             AdminLoginFailure.objects.filter(device=device).delete()
+            KnownDevice.objects.filter(device=device).delete()  # replaced by the fresh id below
         issue_device(request, user.get_username())

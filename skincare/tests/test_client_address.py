@@ -191,12 +191,40 @@ def test_an_empty_peer_address_is_unknown_not_loopback(settings) -> None:  # typ
         (["0.0.0.0/0"], ["skincare.W010"]),
         (["::/0"], ["skincare.W010"]),
         (["10.0.0.0/7"], ["skincare.W010"]),
+        (["8000::/1"], ["skincare.W010"]),
+        (["11.0.0.0/8"], ["skincare.W010"]),
         (["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "127.0.0.1"], []),
     ],
 )
 def test_start_up_warns_on_ranges_wider_than_a_private_network(settings, ranges, warned) -> None:  # type: ignore[no-untyped-def]
     settings.PRODUCTION, settings.TRUSTED_PROXIES = False, ranges
     assert [m.id for m in checks.client_address_settings()] == warned
+
+
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        ["8000::/1"],  # half the IPv6 internet
+        ["2000::/3"],  # all of global unicast
+        ["fc00::/6"],  # wider than unique local
+        ["2001:db8:1::/48"],  # narrow, but public
+        ["11.0.0.0/8"],  # as wide as 10.0.0.0/8, but public
+        ["203.0.113.0/24"],
+        ["10.0.0.0/7"],
+        ["0.0.0.0/0"],
+    ],
+)
+def test_production_refuses_trusted_ranges_that_are_not_private_or_loopback(settings, ranges) -> None:  # type: ignore[no-untyped-def]
+    settings.PRODUCTION, settings.TRUSTED_PROXIES = True, ["10.0.3.0/24", *ranges]
+    refused = checks.production_trusted_proxies()
+    assert [(m.id, ranges[0] in m.msg) for m in refused] == [("skincare.E013", True)]
+
+
+def test_control_production_accepts_private_and_loopback_proxies(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PRODUCTION = True
+    settings.TRUSTED_PROXIES = ["10.0.3.0/24", "172.16.0.0/12", "192.168.0.0/16", "127.0.0.1", "::1", "fd12:3456::/48"]
+    assert checks.production_trusted_proxies() == []
+    assert [m.id for m in checks.client_address_settings() if m.id != "skincare.I010"] == []
 
 
 @pytest.mark.django_db

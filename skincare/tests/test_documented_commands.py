@@ -32,6 +32,7 @@ ANY_MENTION = re.compile(r"manage\.py ([a-z_]+)")
 DOCUMENTED = {
     command.removeprefix("manage.py ")
     for command in (
+        "manage.py admin_known_devices",
         "manage.py admin_login_unlock",
         "manage.py audit_inventory",
         "manage.py check",

@@ -3,13 +3,21 @@ and per username far above those, and the username's lock never blocks an addres
 browser that logged in before (a known device) is counted by its own failures only. Ops clear a lock with
 ``python manage.py admin_login_unlock``, which reads an address exactly as the throttle does."""
 
+import time
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.core import signing
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import Client
+from django.test import Client, RequestFactory
 
-from skincare.login_throttle import KNOWN_DEVICE_COOKIE
+from skincare.login_throttle import (
+    KNOWN_DEVICE_COOKIE,
+    KNOWN_DEVICE_MAX_AGE_SECONDS,
+    KNOWN_DEVICE_SALT,
+    known_device,
+)
 from skincare.models import AdminLoginFailure
 from skincare.tests.test_client_address import login, someone
 
@@ -210,3 +218,68 @@ def test_unlock_reads_an_address_exactly_as_the_throttle_does(operator, settings
 def test_unlock_refuses_what_is_not_an_address(operator) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(CommandError, match="not an IP address"):
         call_command("admin_login_unlock", "--address", "proxy.internal")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A known device expires, travels over HTTPS only in production, and can be revoked
+
+
+def device_id(cookie: str) -> str:
+    return signing.loads(cookie, salt=KNOWN_DEVICE_SALT)[1]  # type: ignore[no-any-return]
+
+
+def test_a_known_device_is_revoked_one_by_one_and_all_at_once(operator, settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    settings.ADMIN_LOGIN_MAX_FAILURES_PER_ADDRESS = 2
+    laptop, phone = device_cookie_of_a_login(PROXY), device_cookie_of_a_login(PROXY)
+    stranger = Client(REMOTE_ADDR=PROXY)
+    assert [login(stranger, someone()) for _ in range(2)] == [200] * 2  # the proxy's address is locked
+    assert login(Client(REMOTE_ADDR=PROXY), "ops-lead", PASSWORD) == 429  # an unknown browser
+    assert login(known_browser(laptop, PROXY), "ops-lead", "typo") == 200  # a known one: its own counter
+
+    call_command("admin_known_devices")
+    listed = capsys.readouterr().out
+    assert device_id(laptop) in listed and device_id(phone) in listed and "2 known device(s)" in listed
+    call_command("admin_known_devices", "--revoke", device_id(laptop))
+    assert login(known_browser(laptop, PROXY), "ops-lead", "typo") == 429  # revoked: the address's lock applies
+    assert login(known_browser(phone, PROXY), "ops-lead", "typo") == 200  # the other one is still known
+    call_command("admin_known_devices", "--revoke-all", "--username", "someone-else")
+    assert login(known_browser(phone, PROXY), "ops-lead", "typo") == 200  # another account's: untouched
+
+    call_command("admin_known_devices", "--revoke-all")
+    assert "revoked 1 known device(s)" in capsys.readouterr().out
+    assert login(known_browser(phone, PROXY), "ops-lead", "typo") == 429
+    with pytest.raises(CommandError, match="no known device"):
+        call_command("admin_known_devices", "--revoke", device_id(phone))
+
+
+def test_the_known_device_cookie_has_a_lifetime_and_is_secure_in_production(operator, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.PRODUCTION, settings.SESSION_COOKIE_SECURE = True, True  # as the production settings set them
+    browser = Client(REMOTE_ADDR=OPERATOR)
+    assert login(browser, "ops-lead", PASSWORD) == 302
+    morsel = browser.cookies[KNOWN_DEVICE_COOKIE]
+    assert int(morsel["max-age"]) == KNOWN_DEVICE_MAX_AGE_SECONDS == 90 * 24 * 3600
+    assert morsel["secure"] is True
+    # Control: development serves plain HTTP, where a Secure cookie would never come back.
+    settings.PRODUCTION, settings.SESSION_COOKIE_SECURE = False, False
+    plain = Client(REMOTE_ADDR=OPERATOR)
+    assert login(plain, "ops-lead", PASSWORD) == 302
+    assert not plain.cookies[KNOWN_DEVICE_COOKIE]["secure"]
+
+
+class SignedDaysAgo(signing.TimestampSigner):
+    """Signs as ``signing.dumps`` does, with a timestamp ``days`` in the past."""
+
+    def __init__(self, days: int, **kwargs: str) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.days = days
+
+    def timestamp(self) -> str:
+        return signing.b62_encode(int(time.time()) - self.days * 24 * 3600)
+
+
+@pytest.mark.parametrize(("days", "honoured"), [(89, True), (91, False)], ids=["89-days-old", "91-days-old"])
+def test_a_known_device_cookie_older_than_its_lifetime_is_not_honoured(operator, days, honoured) -> None:  # type: ignore[no-untyped-def]
+    device = device_id(device_cookie_of_a_login(OPERATOR))
+    request = RequestFactory().post("/admin/login/")
+    request.COOKIES[KNOWN_DEVICE_COOKIE] = SignedDaysAgo(days, salt=KNOWN_DEVICE_SALT).sign_object(["ops-lead", device])
+    assert (known_device(request, "ops-lead") == device) is honoured

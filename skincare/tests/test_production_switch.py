@@ -161,6 +161,8 @@ def test_the_production_image_sets_production_and_runs_unprivileged() -> None:
 KEY, WEBHOOK = "DJANGO_SECRET_KEY", "PAYMENT_WEBHOOK_SECRET"
 WEAK = {
     "one-character secret key": ({KEY: "x"}, "security.W009"),
+    "one-character fallback key": ({"DJANGO_SECRET_KEY_FALLBACKS": "x"}, "security.W025"),
+    "published fallback key": ({"DJANGO_SECRET_KEY_FALLBACKS": demo.DEMO_SECRET_KEY}, "skincare.E002"),
     "low-entropy secret key": ({KEY: "ab" * 40}, "security.W009"),
     "wildcard hosts": ({"DJANGO_ALLOWED_HOSTS": "*"}, "skincare.E021"),
     "HSTS off": ({"DJANGO_SECURE_HSTS_SECONDS": "0"}, "security.W004"),
@@ -171,6 +173,8 @@ WEAK = {
     "low-entropy metrics token": ({"METRICS_TOKEN": "a" * 64}, "skincare.E011"),
     "trusted proxies wider than a private network": ({"TRUSTED_PROXIES": "10.0.3.0/24,0.0.0.0/0"}, "skincare.E013"),
     "trusted IPv6 proxies wider than a private network": ({"TRUSTED_PROXIES": "::/0"}, "skincare.E013"),
+    "trusted IPv6 proxies of half the internet": ({"TRUSTED_PROXIES": "10.0.3.0/24,8000::/1"}, "skincare.E013"),
+    "trusted public proxies as narrow as a private network": ({"TRUSTED_PROXIES": "203.0.113.0/24"}, "skincare.E013"),
 }
 
 

@@ -75,6 +75,34 @@ def test_haproxy_accepts_the_rendered_configuration(tmp_path, log_requests):
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def fixed_lines(template: str) -> list[str]:
+    return [line for line in template.splitlines() if "$" not in line]
+
+
+def test_the_rehearsals_and_production_run_the_one_shipped_front(tmp_path, capsys):
+    """devtools/haproxy.py fills in the placeholders of deploy/haproxy/haproxy.cfg.template and nothing else: every
+    other line of the template is in the rendered configuration, in order, for a rehearsal and for production."""
+    template = haproxy.TEMPLATE.read_text()
+    assert "http-request del-header X-Forwarded-For" in template and "option forwardfor" in template
+    rehearsal = render_haproxy(tmp_path)
+    haproxy.main(["--bind", ":443 ssl crt /etc/haproxy/shop.pem", "--bind", ":80", "--server", "web0=10.0.3.11:8000",
+                  "--server", "web1=10.0.3.12:8000", "--maxconn", "4"])  # fmt: skip
+    production = capsys.readouterr().out
+    for config in (rehearsal, production):
+        lines = iter(config.splitlines())
+        assert all(any(line == rendered for rendered in lines) for line in fixed_lines(template))
+        assert "$" not in config
+    assert "    bind :443 ssl crt /etc/haproxy/shop.pem\n    bind :80\n" in production
+    assert "    server web0 10.0.3.11:8000 check\n    server web1 10.0.3.12:8000 check" in production
+
+
+def test_a_placeholder_left_unfilled_is_an_error(tmp_path):
+    template = tmp_path / "haproxy.cfg.template"
+    template.write_text(haproxy.TEMPLATE.read_text() + "    timeout tunnel ${tunnel_timeout}\n")
+    with pytest.raises(KeyError, match="tunnel_timeout"):
+        haproxy.render_config(servers={"web0": 9000}, port=8080, admin_socket="a.sock", maxconn=1, template=template)
+
+
 def test_haproxy_show_stat_is_read_per_server():
     text = "# pxname,svname,scur,status,\nshop,FRONTEND,3,OPEN,\nweb,web0,1,UP,\nweb,web1,0,DRAIN,\nweb,BACKEND,1,UP,\n"
     assert {name: (row["scur"], row["status"]) for name, row in haproxy.parse_stat(text).items()} == {
