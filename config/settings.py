@@ -80,7 +80,7 @@ if not SECRET_KEY:
 # what they signed (sessions, queue passes, payment links, known-device cookies) is still accepted; nothing new is
 # signed with them. Production refuses a published one (skincare.E002) and a weak one (Django's security.W025, refused
 # as skincare.E020); an empty entry ("a,,b") refuses to start.
-_fallbacks = env.str("DJANGO_SECRET_KEY_FALLBACKS", default="")
+_fallbacks = env("DJANGO_SECRET_KEY_FALLBACKS", default="")
 SECRET_KEY_FALLBACKS = _fallbacks.split(",") if _fallbacks else []
 if not all(key.strip() for key in SECRET_KEY_FALLBACKS):
     raise ImproperlyConfigured("DJANGO_SECRET_KEY_FALLBACKS has an empty entry: list the earlier keys, comma-separated")

@@ -303,8 +303,7 @@ def prove(run: Run, since: str) -> dict[str, int]:
         "MIDTRANS_API_BASE_URL": run.fake.base_url,
         "MIDTRANS_SERVER_KEY": run.fake.server_key,
     }
-    os.environ.update(env)
-    reconcile = manage(run.url, "reconcile_payments", "--since", since, check=False, quiet=True)
+    reconcile = manage(run.url, "reconcile_payments", "--since", since, check=False, quiet=True, extra_env=env)
     lines = reconcile.stdout.strip().splitlines()
     refund_lines = [line for line in lines if re.match(r"order \d+: refund_to_make: ", line)]
     unmatched_lines = [line for line in lines if line.startswith("unmatched payment: ")]

@@ -106,9 +106,18 @@ def django_env(url: str, **extra: Any) -> dict[str, str]:
     return env
 
 
-def manage(url: str, *args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
+def manage(
+    url: str, *args: str, check: bool = True, quiet: bool = False, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``manage.py`` with ``args`` on ``url``, with the measured servers' environment (:func:`django_env`) and
+    ``extra_env`` added: nothing of it is left in this process's environment."""
     proc = subprocess.run(
-        [PY, "manage.py", *args], cwd=ROOT, env=django_env(url), capture_output=True, text=True, check=False
+        [PY, "manage.py", *args],
+        cwd=ROOT,
+        env=django_env(url, **(extra_env or {})),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if not quiet:
         for line in without_runtime_dir_warning(proc.stdout + proc.stderr):

@@ -3,6 +3,8 @@ Midtrans fake while it injects latency, time-outs, 5xx, a stall, duplicate, out-
 notifications, with one restart of the web tier; every order must end paid exactly once or cancelled, every other
 charge flagged for refund, foreign money unmatched, audit_inventory and reconcile_payments clean."""
 
+import os
+
 import pytest
 from django.core.management import call_command
 
@@ -13,6 +15,7 @@ from skincare.tests.test_metrics import _url as database_url_for_children
 @pytest.mark.django_db(transaction=True)
 def test_every_order_ends_paid_once_or_cancelled_while_the_gateway_misbehaves(capsys):
     call_command("load_demo_data")  # the flash product the proof sells
+    environment = dict(os.environ)
 
     code = payment_chaos.main(
         [
@@ -31,6 +34,8 @@ def test_every_order_ends_paid_once_or_cancelled_while_the_gateway_misbehaves(ca
 
     printed = capsys.readouterr().out
     assert code == 0, printed
+    # Its gateway settings went to its own processes only: a server a later test starts is not sent to its fake.
+    assert dict(os.environ) == environment
     assert "make payment-chaos: passed" in printed
     for kind in (
         "notification_duplicate",
