@@ -31,7 +31,7 @@ help:
 	@echo "make loadtest-queue - the waiting room's load profile: 5,000 buyers without and with a queue (docs/queue.md)"
 	@echo "make loadtest-wait - 50,000 buyers waiting in the queue, polling with and without the signed pass (docs/queue.md)"
 	@echo "make mutate - remove each protection in a scratch copy; fails unless the tests catch every one"
-	@echo "make scaleout - HAProxy + 2 web instances + PgBouncer + 2 sweepers under load (see docs/operations.md)"
+	@echo "make scaleout - HAProxy + 2 web instances + PgBouncer + 2 sweepers under load (see docs/runbooks/scale-out.md)"
 	@echo "make failover - Patroni cluster, the leader killed under load, proof that nothing acknowledged was lost"
 	@echo "make deploy-rehearsal - a migration, a rolling release and a reload during a flash sale: zero failed requests"
 	@echo "make restore-rehearsal - WAL archive + backup (pgBackRest), a mistake during a sale, a restore to 1 s before it"

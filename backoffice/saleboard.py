@@ -1,4 +1,4 @@
-"""The sale board's reads (docs/operations.md#during-a-sale). One refresh is :data:`REFRESH_STATEMENTS` (8)
+"""The sale board's reads (docs/runbooks/sale.md). One refresh is :data:`REFRESH_STATEMENTS` (8)
 statements, one read-only REPEATABLE READ transaction (one snapshot, one database clock), however many products it
 shows: ``BEGIN``, ``SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY``, five SELECTs
 (:data:`LEDGER_CUTOFF_SQL` with the clock, :data:`PRODUCTS_SQL`, :data:`SERIES_SQL`, :data:`SWEEPER_LAG_SQL`, and

@@ -15,7 +15,7 @@ profile ending with locustfile.py's invariant checks (``audit_inventory``, no ov
 
 Every profile goes through the front production uses: HAProxy (devtools/haproxy.py) in front of gunicorn, one
 request per sync worker, the rest queued at most ``timeout queue`` (devtools.haproxy.QUEUE_TIMEOUT_MS) and then
-answered 503 + Retry-After + ``X-Shed-By: front`` (docs/operations.md#overload-a-fast-503-never-a-time-out). The
+answered 503 + Retry-After + ``X-Shed-By: front`` (docs/runbooks/overload.md#a-fast-503-never-a-time-out). The
 buyers obey Retry-After (locustfile.py); the summary tells the front's 503s from the application's. ``--front none``
 serves gunicorn directly, the shape without shedding (requests wait in the kernel's accept backlog instead).
 

@@ -76,7 +76,7 @@ if not SECRET_KEY:
             f"which writes the demo values to .env. {_DEVELOPMENT_HINT}".strip()
         )
     SECRET_KEY = demo.DEBUG_FALLBACK_SECRET_KEY  # development only
-# Earlier secret keys (comma-separated, newest first), while the key rotates (docs/operations.md#rotate-the-secret-key):
+# Earlier secret keys (comma-separated, newest first), while the key rotates (docs/runbooks/access.md#rotate-the-secret-key):
 # what they signed (sessions, queue passes, payment links, known-device cookies) is still accepted; nothing new is
 # signed with them. Production refuses a published one (skincare.E002) and a weak one (Django's security.W025, refused
 # as skincare.E020); an empty entry ("a,,b") refuses to start.
@@ -160,7 +160,7 @@ TEMPLATES = [
 DB_LOCK_TIMEOUT_MS = env_int("DB_LOCK_TIMEOUT_MS", 5000, minimum=1)
 DB_STATEMENT_TIMEOUT_MS = env_int("DB_STATEMENT_TIMEOUT_MS", 15000, minimum=1)
 GUNICORN_TIMEOUT = env_int("GUNICORN_TIMEOUT", 30, minimum=1)
-# Migrations run while the shop sells (docs/operations.md#apply-a-migration-during-a-sale): every statement of
+# Migrations run while the shop sells (docs/runbooks/deploys.md#apply-a-migration-during-a-sale): every statement of
 # `manage.py migrate` (skincare/management/commands/migrate.py) waits at most MIGRATION_LOCK_TIMEOUT_MS for its lock
 # instead of queueing behind checkouts (a queued ACCESS EXCLUSIVE request blocks every later checkout); a migration
 # refused a lock is rolled back and retried, MIGRATION_ATTEMPTS times in all, MIGRATION_RETRY_PAUSE_MS apart.
@@ -307,7 +307,7 @@ PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 # Where payment links point when the request's own address is not the public one.
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
 # The payment gateway behind payment_url (payments/gateway.py): `sandbox` (the built-in page, PAYMENT_SANDBOX) or
-# `midtrans` (Snap; docs/operations.md#payments-with-midtrans).
+# `midtrans` (Snap; docs/runbooks/payments.md).
 PAYMENT_GATEWAY = env_choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans"))
 MIDTRANS_SERVER_KEY = env("MIDTRANS_SERVER_KEY", default="")
 MIDTRANS_SNAP_BASE_URL = env("MIDTRANS_SNAP_BASE_URL", default="https://app.sandbox.midtrans.com")

@@ -45,7 +45,7 @@ TEMPLATE = ROOT / "deploy" / "haproxy" / "haproxy.cfg.template"
 ERRORFILE_503 = ROOT / "deploy" / "haproxy" / "503.http"
 BACKEND = "web"
 # The bound: a request that cannot start on a worker within this long after it reached the front is answered 503 with
-# Retry-After (the errorfile) instead of waiting on (docs/operations.md#overload-a-fast-503-never-a-time-out).
+# Retry-After (the errorfile) instead of waiting on (docs/runbooks/overload.md#a-fast-503-never-a-time-out).
 QUEUE_TIMEOUT_MS = 2000
 MAX_CLIENTS = 4000
 # One line per request: what ``bench.loadtest`` reads for the front's own answers (%tsc: the termination state, "sQ"

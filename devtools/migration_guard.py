@@ -1,6 +1,6 @@
 """The migration guard: refuses a migration that would rewrite, long-lock or bulk-write a table that already has rows.
 
-A migration runs while the shop sells (docs/operations.md, "Apply a migration during a sale"). Every statement on a
+A migration runs while the shop sells (docs/runbooks/deploys.md#apply-a-migration-during-a-sale). Every statement on a
 table that existed before the migration must take its lock only for a moment; what takes an ``ACCESS EXCLUSIVE`` (or
 ``SHARE``) lock for as long as the table is long stops every checkout that touches the table for that long:
 

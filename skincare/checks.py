@@ -74,7 +74,7 @@ def client_address_settings(app_configs: Any = None, **kwargs: Any) -> list[chec
         problems.append(
             checks.Info(  # not a warning: a deployment may well not scrape the web process
                 "METRICS_TOKEN is not set: in production GET /metrics answers 403 to everyone",
-                hint="Set METRICS_TOKEN and scrape with `Authorization: Bearer <token>` (docs/operations.md).",
+                hint="Set METRICS_TOKEN and scrape with `Authorization: Bearer <token>` (docs/operations.md#metrics-get-metrics-prometheus-text-format).",
                 id="skincare.I010",
             )
         )
@@ -118,7 +118,7 @@ def pooled_connection_timeouts(app_configs: Any = None, **kwargs: Any) -> list[c
         return []
     hint = (
         "Run `python manage.py migrate` against the primary (it sets the role's defaults in this database from "
-        "DB_LOCK_TIMEOUT_MS and DB_STATEMENT_TIMEOUT_MS), then RECONNECT in PgBouncer's console (docs/operations.md)."
+        "DB_LOCK_TIMEOUT_MS and DB_STATEMENT_TIMEOUT_MS), then RECONNECT in PgBouncer's console (docs/operations.md#timeouts-behind-a-pooler)."
     )
     try:
         lock_ms, statement_ms = db.session_timeouts_ms()
@@ -165,7 +165,7 @@ def production_secret_key(app_configs: Any = None, **kwargs: Any) -> list[checks
             checks.Error(
                 f"DJANGO_SECRET_KEY_FALLBACKS entry {', '.join(map(str, published_fallbacks))} is a published "
                 "demo/test value (it is in this repository): anyone can forge sessions and signed links with it.",
-                hint="Remove it: only the keys this shop itself signed with belong there (docs/operations.md).",
+                hint="Remove it: only the keys this shop itself signed with belong there (docs/runbooks/access.md#rotate-the-secret-key).",
                 id="skincare.E002",
             )
         ]

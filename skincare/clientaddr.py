@@ -123,7 +123,7 @@ def report_untrusted_forwarding(request: HttpRequest) -> None:
         "a request from %s carries X-Forwarded-For but TRUSTED_PROXIES is empty: the header is ignored, so if a "
         "reverse proxy forwards requests, every client behind it has the proxy's address (the admin login "
         "throttle counts them all as one). Set TRUSTED_PROXIES to the proxy's address or subnet "
-        "(docs/operations.md). Logged once per process.",
+        "(docs/runbooks/access.md#every-client-counted-as-one-address). Logged once per process.",
         request.META.get("REMOTE_ADDR") or "an unknown peer",
     )
 

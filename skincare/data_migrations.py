@@ -1,5 +1,5 @@
 """The two shapes of a data migration that the migration guard lets through (devtools/migration_guard.py; how to
-write one: docs/operations.md, "Write a data migration").
+write one: docs/runbooks/deploys.md#write-a-data-migration).
 
 A migration runs while the shop sells. One ``UPDATE`` of every order holds a lock on each row it changed until it
 commits, and every checkout or payment that touches one of those orders waits that long. So a data change of an

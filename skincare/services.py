@@ -127,7 +127,7 @@ SELECT s.sequencename, s.last_value,
 @transaction.atomic
 def sequences_advance(*, gap: int = SEQUENCE_RESTORE_GAP) -> list[tuple[str, int | None, int]]:
     """Move every id sequence of the schema ``gap`` past its last value (after a restore to a moment, before the
-    copy takes writes: docs/operations.md). Returns (sequence, last value, new value) for each."""
+    copy takes writes: docs/runbooks/restore.md#undo-a-mistake-restore-to-a-moment). Returns (sequence, last value, new value) for each."""
     if gap < 1:
         raise ValueError("the gap must be a positive number of ids")
     with connection.cursor() as cursor:

@@ -3,7 +3,7 @@ HTTP against the live server, and the numbers and the charts change without a re
 
 Needs ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (fails, never skips, without them; see
 inventory/tests/test_browser_ops.py). With ``SKINCARE_SCREENSHOT_DIR`` set it saves ``sale-board.png`` there (the
-screenshot in docs/operations.md: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest -m browser``).
+screenshot in docs/runbooks/sale.md: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest -m browser``).
 """
 
 import json

@@ -3,7 +3,7 @@ reason, then try to save a count while a customer checks out, and get refused.
 
 Needs ``/usr/bin/chromium`` and ``/usr/bin/chromedriver`` (``apt-get install chromium chromium-driver``); the
 test fails, never skips, without them. With ``SKINCARE_SCREENSHOT_DIR`` set, it saves ``admin-adjust.png``
-there (the screenshot in docs/operations.md: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest -m browser``).
+there (the screenshot in docs/runbooks/stock.md: ``SKINCARE_SCREENSHOT_DIR=docs/img pytest -m browser``).
 """
 
 import os

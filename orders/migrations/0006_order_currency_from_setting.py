@@ -8,7 +8,7 @@ is left alone, as is every order when ``SHOP_CURRENCY`` is IDR (nothing to do). 
 tell which orders were stamped.
 
 Batches of ``BATCH`` rows, each its own short transaction (``atomic = False``): no long row locks on orders while
-the shop sells (docs/operations.md). Run the migration with the ``SHOP_CURRENCY`` the shop sold in before 0004.
+the shop sells (docs/runbooks/deploys.md#write-a-data-migration). Run the migration with the ``SHOP_CURRENCY`` the shop sold in before 0004.
 """
 
 from django.conf import settings
@@ -45,7 +45,7 @@ class Migration(migrations.Migration):
     atomic = False  # one short transaction per batch (autocommit), not one lock on every stamped order
 
     dependencies = [
-        ('orders', '0005_drop_redundant_fk_indexes'),
+        ("orders", "0005_drop_redundant_fk_indexes"),
     ]
 
     operations = [migrations.RunPython(restamp_orders, migrations.RunPython.noop, elidable=True)]

@@ -1,4 +1,4 @@
-"""The behaviour-claims guard: what README.md and docs/*.md say the system *does* (how many statements and round
+"""The behaviour-claims guard: what README.md and docs/**/*.md say the system *does* (how many statements and round
 trips a checkout sends, which rows each statement writes, which lock it takes when, what one sale-board refresh
 runs) is measured here from a real run, so a doc that states something else fails the suite.
 
@@ -21,7 +21,7 @@ the stated value from that block and compares it with what the test measured:
   polls with signed passes after an opening (passes signed before it, each polled once, by a process that read
   nothing since), then the statements of their next polls while the counters are fresh.
 
-And no behaviour sentence escapes: a sentence of README.md or docs/*.md (the benchmark page's measurements aside)
+And no behaviour sentence escapes: a sentence of README.md or docs/**/*.md (the benchmark page's measurements aside)
 that counts statements, SELECTs, queries or round trips, or puts the ledger rows first or last, must stand inside a
 claim (:data:`UNCLAIMED`). Each rule has a control that feeds it a wrong doc.
 """
@@ -47,7 +47,7 @@ from waitingroom.passtoken import SignedPass
 from waitingroom.testing import queue_product, reset_queue_clock, sale_starts_in
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # The benchmark page reports measurements (its table is written by ``make bench``), not behaviours of the service.
 DESCRIBING = [doc for doc in DOCS if doc.name != "benchmarks.md"]
 

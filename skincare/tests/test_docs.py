@@ -1,4 +1,4 @@
-"""The docs guard: what README.md and docs/*.md name must exist, so a rename or a removal fails the suite
+"""The docs guard: what README.md and docs/**/*.md name must exist, so a rename or a removal fails the suite
 instead of leaving a doc that sends the reader nowhere.
 
 - every repository path they name (in backticks or as a Markdown link) is in the git tree, or is an artifact that
@@ -31,7 +31,7 @@ from django.apps import apps
 from skincare.errors import FRAMEWORK_CODES, DomainError, declared_errors
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # The project's own packages: every installed app that lives in this repository, and the tools.
 APPS = sorted({config.name.split(".")[0] for config in apps.get_app_configs() if (ROOT / config.name).is_dir()})
 PACKAGES = (*APPS, "bench", "devtools")

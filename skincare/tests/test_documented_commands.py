@@ -1,4 +1,4 @@
-"""Every `python manage.py ...` that README.md and docs/*.md show runs verbatim in a newcomer's shell:
+"""Every `python manage.py ...` that README.md and docs/**/*.md show runs verbatim in a newcomer's shell:
 from the repository root, with no DJANGO_* / PAYMENT_* variable exported but the one README's "Try it" tells them to
 (``export DJANGO_ENV=development``: only the environment selects development), with a `python` that has no Django
 (manage.py runs itself again with .venv/bin/python), the development settings coming from .env alone (what
@@ -23,7 +23,7 @@ from devtools import devenv
 from skincare.tests.test_metrics import _url
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # From "python manage.py" up to the end of the command: a backtick, a comment, a redirection, a pipe, a line end.
 RUN_LINE = re.compile(r"python manage\.py [a-z_]+[^`#>|\n]*")
 ANY_MENTION = re.compile(r"manage\.py ([a-z_]+)")

@@ -1,4 +1,4 @@
-"""The secret key rotates (docs/operations.md#rotate-the-secret-key): with the previous key in
+"""The secret key rotates (docs/runbooks/access.md#rotate-the-secret-key): with the previous key in
 ``DJANGO_SECRET_KEY_FALLBACKS`` everything it signed is still accepted (queue passes, payment links, sandbox links,
 known-device cookies, admin sessions) while everything new is signed with the new key; the control, the same
 rotation without the fallback, invalidates each of them. Production refuses a published fallback as it refuses a

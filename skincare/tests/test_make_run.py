@@ -142,8 +142,8 @@ def run_readme_block(make_run, marker):
 
 
 def readme_block(containing: str) -> str:
-    """The shell block of the README (or of docs/operations.md, where the webhook's signing example lives)."""
-    docs = (ROOT / "README.md", ROOT / "docs" / "operations.md")
+    """The shell block of the README (or of docs/runbooks/payments.md, where the webhook's signing example lives)."""
+    docs = (ROOT / "README.md", ROOT / "docs" / "runbooks" / "payments.md")
     blocks = [block for doc in docs for block in re.findall(r"```sh\n(.*?)```", doc.read_text(), re.S)]
     return next(block for block in blocks if containing in block)
 

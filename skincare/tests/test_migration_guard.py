@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def test_the_projects_migrations_pass_the_guard():
     found = project_findings(connection)
     unlisted = {key: [str(f) for f in findings] for key, findings in found.items() if key not in GRANDFATHERED}
-    assert unlisted == {}, "a migration would rewrite or long-lock a table during a sale (docs/operations.md)"
+    assert unlisted == {}, "a migration would rewrite or long-lock a table during a sale (docs/runbooks/deploys.md)"
 
 
 def test_the_grandfathered_list_names_only_migrations_that_break_a_rule():

@@ -242,7 +242,7 @@ def test_prometheus_scrapes_a_live_stack_and_a_stopped_sweeper_fires(tmp_path, m
         [alert] = wait_until(sweeper_down, timeout=60, what="SkincareSweeperDown firing")
         assert alert["labels"]["instance"] == f"127.0.0.1:{stopped_port}"
         assert alert["labels"]["job"] == "skincare-sweeper"
-        assert alert["annotations"]["runbook"] == "docs/operations.md#skincaresweeperdown"
+        assert alert["annotations"]["runbook"] == "docs/runbooks/alerts.md#skincaresweeperdown"
         assert time.monotonic() - started_waiting < 60
         assert not [a for a in firing(base) if a["labels"]["alertname"] == "SkincareWebInstanceDown"]
     finally:
