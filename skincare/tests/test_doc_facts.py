@@ -43,6 +43,21 @@ def test_the_waiting_rooms_place_in_the_layers_is_the_dependency_maps() -> None:
     assert "waitingroom" in ALLOWED["payments"]
 
 
+def test_the_token_memory_outlasts_five_of_the_longest_polls() -> None:
+    """queue.md: a process remembers a token more than five times the longest poll_after, both at their defaults."""
+    text = " ".join((DOCS / "queue.md").read_text().split())
+    stated = re.search(
+        r"`API_TOKEN_CACHE_SECONDS` \((\d+) by default, more than five times the longest `poll_after`, "
+        r"`QUEUE_POLL_MAX_SECONDS`, (\d+) by default",
+        text,
+    )
+    assert stated is not None
+    longest_poll = default("ADMISSION_TTL_SECONDS") // 2 - default("QUEUE_COUNTERS_MAX_AGE_SECONDS")
+    longest_poll -= default("QUEUE_POLL_MIN_SECONDS")  # QUEUE_POLL_MAX_SECONDS's default, as the settings compute it
+    assert (int(stated.group(1)), int(stated.group(2))) == (default("API_TOKEN_CACHE_SECONDS"), longest_poll)
+    assert default("API_TOKEN_CACHE_SECONDS") > 5 * longest_poll
+
+
 @pytest.mark.django_db
 def test_the_public_product_api_does_not_show_the_strategy_or_the_buckets(client: Any, make_product: Any) -> None:
     assert "public product API does not show it" in (DOCS / "strategies.md").read_text()
