@@ -8,6 +8,10 @@ instead of leaving a doc that sends the reader nowhere.
   system-check ids such as ``payments.E001`` must be defined by a check of that app);
 - every ``make <target>`` (in backticks or in a shell block) is a target of the Makefile, and every
   ``python -m <module>`` imports;
+- every ``docs/….md#heading`` that a file other than a doc names (a comment, a docstring, an error message, a check's
+  hint, an alert's runbook link) is a doc with that heading;
+- README.md stays within 250 lines, a runbook (docs/runbooks/) within 300, every other doc within 400, and each
+  section of a runbook says what the operator sees, does and checks, in that order;
 - the README's error table lists exactly the codes that the exposed ``DomainError`` classes declare, each in a row
   of its own HTTP status; the other codes of its code column are the API layer's own (``skincare.errors.FRAMEWORK_CODES``).
 
@@ -336,3 +340,92 @@ def test_control_the_error_table_guard_refuses_a_missing_a_wrong_and_an_unknown_
     )
     unknown = readme.replace(stock_row, stock_row.replace("`stock_conflict`", "`stock_conflict`, `no_such_refusal`"))
     assert any("`no_such_refusal` is neither" in p for p in error_table_problems(unknown, declared))
+
+
+# Where the code sends a reader: every ``docs/….md`` (and its ``#heading``) that a file of the repository other than
+# a doc names, in a comment, a docstring, an error message, a check's hint or an alert's runbook link.
+CODE_DOC_LINK = re.compile(r"(?<![\w./-])docs/[\w./-]+\.md(?:#[\w-]+)?")
+# The guards that feed themselves deliberately wrong docs (docs/control.md).
+GUARDS_WITH_WRONG_DOCS = {"skincare/tests/test_docs.py", "skincare/tests/test_doc_claims.py"}
+
+
+def code_link_problems(text: str, *, name: str) -> list[str]:
+    return [
+        f"{name}: {link}: {problem}"
+        for link in sorted(set(CODE_DOC_LINK.findall(text)))
+        if (problem := path_problem(link, linked_from=None))
+    ]
+
+
+def test_every_doc_the_code_links_to_exists_with_its_heading() -> None:
+    found = []
+    for name in tracked_files():
+        path = ROOT / name
+        if name.endswith(".md") or name in GUARDS_WITH_WRONG_DOCS or not path.is_file():
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        found += code_link_problems(text, name=name)
+    assert not found, "\n".join(found)
+
+
+def test_control_a_code_link_to_a_moved_heading_fails() -> None:
+    assert code_link_problems("# runbook: docs/operations.md#skincaresweeperdown\n", name="alerts.yml") == [
+        "alerts.yml: docs/operations.md#skincaresweeperdown: no heading #skincaresweeperdown in docs/operations.md"
+    ]
+    assert code_link_problems("(docs/runbooks/gone.md)", name="x.py") == ["x.py: docs/runbooks/gone.md: no such file"]
+    assert code_link_problems("(docs/runbooks/alerts.md#skincaresweeperdown)", name="x.py") == []
+
+
+# How long a doc may be: a runbook is read during an incident, the README first of all.
+RUNBOOKS = sorted((ROOT / "docs" / "runbooks").glob("*.md"))
+LIMITS = {"README.md": 250, "docs/runbooks": 300, "docs": 400}
+# Every section (``## ``) of a runbook says, in this order, what the operator sees, does and checks.
+RUNBOOK_LABELS = ("**What you see.**", "**What you do.**", "**What you check.**")
+
+
+def size_problem(name: str, text: str) -> str | None:
+    limit = LIMITS.get(name) or LIMITS[name.rpartition("/")[0]]
+    lines = len(text.splitlines())
+    return f"{name}: {lines} lines, more than {limit}" if lines > limit else None
+
+
+def runbook_problems(text: str, *, name: str) -> list[str]:
+    sections = re.split(r"^## ", FENCE.sub("", text), flags=re.M)[1:]
+    if not sections:
+        return [f"{name}: no section"]
+    problems = []
+    for section in sections:
+        title = section.splitlines()[0]
+        at = [section.find(label) for label in RUNBOOK_LABELS]
+        if -1 in at or at != sorted(at):
+            problems.append(f"{name}, {title}: does not say {', '.join(RUNBOOK_LABELS)} in that order")
+    return problems
+
+
+def test_every_doc_is_within_its_length() -> None:
+    assert RUNBOOKS, "no runbook"
+    found = [problem for doc in DOCS if (problem := size_problem(doc_name(doc), doc.read_text()))]
+    assert not found, "\n".join(found)
+
+
+def test_every_runbook_section_says_what_you_see_do_and_check() -> None:
+    found = [problem for doc in RUNBOOKS for problem in runbook_problems(doc.read_text(), name=doc_name(doc))]
+    assert not found, "\n".join(found)
+
+
+def test_control_a_long_doc_and_a_runbook_without_its_shape_fail() -> None:
+    assert size_problem("docs/runbooks/x.md", "line\n" * 301) == "docs/runbooks/x.md: 301 lines, more than 300"
+    assert size_problem("docs/runbooks/x.md", "line\n" * 300) is None
+    assert size_problem("docs/x.md", "line\n" * 401) == "docs/x.md: 401 lines, more than 400"
+    assert size_problem("README.md", "line\n" * 251) == "README.md: 251 lines, more than 250"
+    good = "# R\n\n## A\n\n**What you see.** a\n\n**What you do.** b\n\n**What you check.** c\n"
+    assert runbook_problems(good, name="r.md") == []
+    assert runbook_problems(good.replace("**What you check.** c\n", ""), name="r.md") == [
+        "r.md, A: does not say **What you see.**, **What you do.**, **What you check.** in that order"
+    ]
+    swapped = good.replace("**What you see.**", "@").replace("**What you do.**", "**What you see.**")
+    assert runbook_problems(swapped.replace("@", "**What you do.**"), name="r.md") != []
+    assert runbook_problems("# R\n\nno sections\n", name="r.md") == ["r.md: no section"]
