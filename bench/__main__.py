@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from bench import cells, cpu, loadtest, table, waitline
 from bench.seeding import seed
 from bench.tools import ensure_tools
+from config.environment import web_threads
 from devtools.processes import PY, RESULTS, ROOT, django_env, log, server_url
 
 COMMANDS = ("table", "http", "pgbench", "cpu", "loadtest", "crowd")
@@ -66,7 +67,7 @@ def measure(command: str, argv: Sequence[str]) -> int:
     run = (
         f"`python -m bench {command}` ({round((time.monotonic() - started) / 60)} minutes): {args.rounds} rounds of every cell, "
         f"{args.duration} s per cell, {args.connections} wrk connections / pgbench clients, gunicorn with "
-        f"{cells.WORKERS} sync workers; medians over the rounds."
+        f"{cells.WORKERS} workers x {web_threads()} threads; medians over the rounds."
     )
     block = table.markdown(rows, table.header(table.machine(), table.server_settings(url), run))
     print("\n" + block)

@@ -22,7 +22,7 @@ from bench.seeding import set_hot_buckets
 from bench.wrk import run_wrk
 from devtools.processes import PY, ROOT, Gunicorn, django_env, log
 
-WORKERS = (os.cpu_count() or 2) + 1  # make run's default: cores + 1 sync workers
+WORKERS = (os.cpu_count() or 2) + 1  # make run's default: cores + 1 workers (of WEB_THREADS threads each)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "connection per request": {"conn_max_age": 0},
     "health checks": {"extra_env": {"DJANGO_SETTINGS_MODULE": "bench.health_checks_settings"}},
     "no sold-out memory": {"extra_env": {"SOLD_OUT_CACHE_MS": "0"}},
-    "gthread": {"worker_class": "gthread", "threads": 4, "workers": 2},
+    "sync": {"worker_class": "sync", "threads": 1},
 }
 
 CELLS = [
@@ -67,7 +67,7 @@ CELLS = [
     Cell("HTTP checkout, hot, a new connection per request", HOT, "connection per request", "hot"),
     Cell("HTTP sold-out checkout, Django's health checks on", SOLD_OUT, "health checks", "soldout"),
     Cell("HTTP sold-out checkout, no sold-out memory", SOLD_OUT, "no sold-out memory", "soldout"),
-    Cell("HTTP checkout, hot, gthread (2 workers x 4 threads)", HOT, "gthread", "hot"),
+    Cell("HTTP checkout, hot, sync workers (one request at a time each)", HOT, "sync", "hot"),
     Cell(SEED_HOT, None, script={"seed": True}),
     Cell(SEED_SPREAD, None, script={"seed": True, "spread": True}),
     Cell(SERVICE_HOT, SEED_HOT),

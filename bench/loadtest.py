@@ -14,7 +14,7 @@ profile ending with locustfile.py's invariant checks (``audit_inventory``, no ov
   client time-outs); its latencies, the 503s' among them, are reported, not judged.
 
 Every profile goes through the front production uses: HAProxy (devtools/haproxy.py) in front of gunicorn, one
-request per sync worker, the rest queued at most ``timeout queue`` (devtools.haproxy.QUEUE_TIMEOUT_MS) and then
+request per worker thread, the rest queued at most ``timeout queue`` (devtools.haproxy.QUEUE_TIMEOUT_MS) and then
 answered 503 + Retry-After + ``X-Shed-By: front`` (docs/runbooks/overload.md#a-fast-503-never-a-time-out). The
 buyers obey Retry-After (locustfile.py); the summary tells the front's 503s from the application's. ``--front none``
 serves gunicorn directly, the shape without shedding (requests wait in the kernel's accept backlog instead).
@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from config.environment import web_threads
 from devtools.haproxy import HAProxy
 from devtools.processes import (
     BENCH_SECRET,
@@ -449,11 +450,11 @@ def main(argv=None):
         ).start()
         log(f"gunicorn on {server.base}: {server.describe()}")
         if args.front == "haproxy":
-            # One request per sync worker, the rest queued at the front at most its queue timeout; room for every
+            # One request per worker thread, the rest queued at the front at most its queue timeout; room for every
             # buyer's connection at once (the largest crowd, and the 1,000 of ticket-1000).
             front = HAProxy(
                 {"web0": server.port},
-                maxconn=args.workers,
+                maxconn=args.workers * web_threads(),
                 max_clients=max(1000, args.queue_crowd) + 1000,
                 log_path=RESULTS / "haproxy.log",
             ).start()

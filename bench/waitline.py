@@ -2,7 +2,7 @@
 by the light client bench/crowd.py, once polling with the signed pass (``Queue-Pass``) and once without it (the
 poll that reads the pass from the database), side by side.
 
-Each mode runs on a fresh database (skincare_loadtest_wait) with its own gunicorn (3 sync workers) and a sweeper
+Each mode runs on a fresh database (skincare_loadtest_wait) with its own gunicorn (3 workers) and a sweeper
 advancing the queue every 0.5 s: ``--buyers`` customers (tokens issued in bulk) join product 101's queue at random
 moments of the ``--join-spread`` seconds before the opening, poll exactly when ``poll_after`` says, check out once
 admitted (``--pace`` per second, ``--stock`` units, one each) and pay; the rest reach ``sold_out``. The window is
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--join-spread", type=int, default=60, help="joins over this many seconds before the opening")
     parser.add_argument("--until", type=int, default=90, help="the window ends this many seconds after the opening")
     parser.add_argument("--connections", type=int, default=64, help="the client's connection pool (64)")
-    parser.add_argument("--workers", type=int, default=3, help="gunicorn sync workers (3)")
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (3)")
     parser.add_argument("--token-cache", type=int, help="the server's API_TOKEN_CACHE_SECONDS (its default)")
     parser.add_argument("--mode", choices=("both", "pass", "db"), default="both", help="signed pass, database, both")
     args = parser.parse_args(argv)

@@ -37,3 +37,9 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
     return value
+
+
+def web_threads() -> int:
+    """WEB_THREADS: the requests one web worker serves at once (gunicorn's gthread threads, config/gunicorn.conf.py).
+    Read here for gunicorn, the settings (the bulkhead stays below it) and the front's per-instance limit."""
+    return env_int("WEB_THREADS", 4, minimum=2)

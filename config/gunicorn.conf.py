@@ -1,4 +1,4 @@
-"""gunicorn settings. An operator sets HOST, PORT, WEB_CONCURRENCY, GUNICORN_TIMEOUT and LOG_LEVEL
+"""gunicorn settings. An operator sets HOST, PORT, WEB_CONCURRENCY, WEB_THREADS, GUNICORN_TIMEOUT and LOG_LEVEL
 (docs/configuration.md); the rest are the measured choices, constants here (docs/benchmarks.md#decisions)."""
 
 import atexit
@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.environment import env_int
+from config.environment import env_int, web_threads
 
 
 def _int(name: str, default: int, *, minimum: int = 1) -> int:
@@ -24,11 +24,15 @@ def _int(name: str, default: int, *, minimum: int = 1) -> int:
 
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{_int('PORT', 8000, minimum=0)}"
-# One sync worker per core plus one: measured best with PostgreSQL on the same box (docs/benchmarks.md#decisions:
-# 2, 3, 4, 5, 8 sync workers and gthread). More workers only add context switches.
+# One worker per core plus one, each serving WEB_THREADS requests at once (docs/benchmarks.md#decisions): as fast as
+# sync workers on a checkout, and a request waiting on the payment gateway holds one thread, never the whole worker
+# (the bulkhead, GATEWAY_MAX_CALLS, keeps such requests below WEB_THREADS; config/settings.py refuses otherwise).
 workers = _int("WEB_CONCURRENCY", multiprocessing.cpu_count() + 1)
-worker_class = "sync"
-threads = 1
+worker_class = "gthread"
+try:
+    threads = web_threads()
+except ImproperlyConfigured as refused:
+    raise SystemExit(str(refused)) from None
 # A flash sale opens many connections at once; let them queue in the kernel instead of being refused.
 backlog = 2048
 # The time budget's outer bound (docs/reliability.md); the database timeouts must end well before it (skincare.W001).

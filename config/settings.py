@@ -10,7 +10,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from config import modes
-from config.environment import env_bool, env_choice, env_int
+from config.environment import env_bool, env_choice, env_int, web_threads
 from skincare import demo, logs
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -27,8 +27,8 @@ REMOVED_SETTINGS = {
     "DB_POOL_MIN_SIZE": "no pool in the process",
     "DB_POOL_MAX_SIZE": "no pool in the process",
     "DB_POOL_TIMEOUT": "no pool in the process",
-    "GUNICORN_WORKER_CLASS": "sync workers (config/gunicorn.conf.py)",
-    "GUNICORN_THREADS": "sync workers (config/gunicorn.conf.py)",
+    "GUNICORN_WORKER_CLASS": "gthread workers (config/gunicorn.conf.py)",
+    "GUNICORN_THREADS": "WEB_THREADS",
     "GUNICORN_BACKLOG": "a constant (config/gunicorn.conf.py)",
     "GUNICORN_LOGLEVEL": "gunicorn logs at LOG_LEVEL",
     "GUNICORN_ACCESSLOG": "the application writes the access log (ACCESS_LOG)",
@@ -319,7 +319,15 @@ MIDTRANS_ALLOW_SANDBOX = env_bool("MIDTRANS_ALLOW_SANDBOX", False)
 MIDTRANS_TIMEOUT_SECONDS = env_int("MIDTRANS_TIMEOUT_SECONDS", 5, minimum=1)
 # The gateway boundary of each process (payments.boundary): at most this many calls in flight (one more is refused
 # at once); after this many failures in a row, no call for this many seconds (503 gateway_unavailable, Retry-After).
-GATEWAY_MAX_CALLS = env_int("GATEWAY_MAX_CALLS", 4, minimum=1)
+# A web worker serves WEB_THREADS requests at once (config/gunicorn.conf.py); a stalled gateway may hold fewer of
+# them than that, or it would hold the whole worker: GATEWAY_MAX_CALLS must be below WEB_THREADS.
+WEB_THREADS = web_threads()
+GATEWAY_MAX_CALLS = env_int("GATEWAY_MAX_CALLS", WEB_THREADS // 2, minimum=1)
+if GATEWAY_MAX_CALLS >= WEB_THREADS:
+    raise ImproperlyConfigured(
+        f"GATEWAY_MAX_CALLS ({GATEWAY_MAX_CALLS}) must be below WEB_THREADS ({WEB_THREADS}): calls waiting on a "
+        "stalled gateway would hold every thread of a web worker (docs/configuration.md)"
+    )
 GATEWAY_BREAKER_FAILURES = env_int("GATEWAY_BREAKER_FAILURES", 5, minimum=1)
 GATEWAY_BREAKER_SECONDS = env_int("GATEWAY_BREAKER_SECONDS", 30, minimum=1)
 # A sweep asks the gateway about its due orders at once (GATEWAY_MAX_CALLS at a time) and waits at most this long for

@@ -2,9 +2,9 @@
 during a flash sale, with zero failed requests.
 
 The shape of ``make scaleout``: PostgreSQL → PgBouncer (transaction mode) → two gunicorn instances (+ two sweepers)
-→ HAProxy (:mod:`devtools.haproxy`, with production's settings: its queue timeout, one request per sync worker);
---shoppers buyers (:mod:`devtools.shop_load`; by default and at least twice as many as there are workers, so every
-worker is busy and a request waits for each) check out the flash product (FLASH_STOCK units) or the others, then
+→ HAProxy (:mod:`devtools.haproxy`, with production's settings: its queue timeout, one request per worker thread);
+--shoppers buyers (:mod:`devtools.shop_load`; by default and at least twice the requests the instances serve at once,
+so every worker thread is busy and a request waits for each) check out the flash product (FLASH_STOCK units) or the others, then
 pay, cancel or abandon, every request through HAProxy, none retried. The instances start as release
 :data:`OLD_RELEASE`; every answer names the release that gave it (``X-Release``, from ``RELEASE_ID``).
 
@@ -21,7 +21,7 @@ pay, cancel or abandon, every request through HAProxy, none retried. The instanc
 5. --after seconds more; the load stops; the sweepers expire every abandoned cart.
 
 Passes when: every request started ended counted and none failed (no 5xx, no error, no time-out), no shopper thread
-was lost, at least :data:`MIN_REQUESTS` requests and twice as many shoppers as workers sent any; every answer
+was lost, at least :data:`MIN_REQUESTS` requests and twice as many shoppers as worker threads sent any; every answer
 started before the release came from the old one and every answer started after it from the new one (the shoppers
 saw the release arrive); the client-side proof of
 ``make failover`` holds (every 201, 200 webhook and 200 cancel is in the database; keys map to one order each; sweeps
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from config.environment import web_threads
 from devtools import migration_guard
 from devtools.failover_proof import Call, check
 from devtools.haproxy import HAProxy
@@ -126,7 +127,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--before", type=float, default=10, help="seconds of sale before the changes")
     parser.add_argument("--after", type=float, default=5, help="seconds of sale after the changes")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers per instance")
-    parser.add_argument("--shoppers", type=int, help="default and least: twice the workers of both instances")
+    parser.add_argument("--shoppers", type=int, help="default and least: twice the worker threads of both instances")
     parser.add_argument("--pause", type=float, default=0.05, help="a shopper's pause between two checkouts")
     parser.add_argument("--flash-stock", type=int, default=150)
     parser.add_argument("--ttl", type=int, default=6, help="RESERVATION_TTL_SECONDS (short, so carts expire)")
@@ -137,14 +138,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def min_shoppers(workers: int) -> int:
-    """Twice the sync workers of all instances: each busy, and a request waiting in HAProxy's queue for each."""
-    return 2 * INSTANCES * workers
+    """Twice the requests all instances serve at once (their workers' threads): each busy, and a request waiting in
+    HAProxy's queue for each."""
+    return 2 * INSTANCES * workers * web_threads()
 
 
 def front(servers: dict[str, int], workers: int) -> HAProxy:
     """HAProxy as production runs it: its queue timeout (devtools.haproxy's, the one place the bound is set, no
-    rehearsal's own) and one request at a time per sync worker."""
-    return HAProxy(servers, maxconn=workers)
+    rehearsal's own) and one request at a time per worker thread."""
+    return HAProxy(servers, maxconn=workers * web_threads())
 
 
 def release_problems(calls: list[Call], *, rolled_from: float, rolled_until: float) -> list[str]:
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.start_instances().start_sweepers()
         servers = {f"web{n}": instance.port for n, instance in enumerate(stack.instances)}
         lb = front(servers, r.args.workers).start()
-        r.facts["front"] = f"timeout queue {lb.queue_timeout_ms} ms, maxconn {r.args.workers} per instance"
+        r.facts["front"] = f"timeout queue {lb.queue_timeout_ms} ms, maxconn {lb.maxconn} per instance"
         log(f"stack: haproxy {lb.base} -> {', '.join(stack.bases)} -> pgbouncer :{bouncer.port}; 2 sweepers")
         customers = [f"{CUSTOMER_PREFIX}-{i:05d}" for i in range(len(tokens))]
         load = ShopLoad(lb.base, tokens, customers, FLASH_PRODUCT, PRODUCTS, KEY_PREFIX, pause=r.args.pause)

@@ -8,7 +8,7 @@ and nothing else, and ``python -m devtools.haproxy`` renders it for a production
   sets ``X-Forwarded-Proto`` to ``https`` or ``http`` by the connection's TLS
   (``skincare/tests/test_front_owns_the_client_address.py``);
 - health: ``GET /readyz`` every 500 ms; two failures take an instance out, one success puts it back;
-- each instance gets at most ``maxconn`` requests at a time (its sync workers); the rest wait in HAProxy's queue,
+- each instance gets at most ``maxconn`` requests at a time (its workers' threads); the rest wait in HAProxy's queue,
   at most ``timeout queue`` (:data:`QUEUE_TIMEOUT_MS`, the bound a request must start within), then the buyer gets
   ``deploy/haproxy/503.http`` (503, ``Retry-After: 2``, ``X-Shed-By: front``, the API's error shape) instead of
   waiting on: under overload every request is answered, fast, and one that was shed never reached the application;
@@ -229,7 +229,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--bind", action="append", required=True, help="a bind line's arguments (repeatable)")
     parser.add_argument("--server", action="append", required=True, help="NAME=HOST:PORT of a gunicorn instance")
-    parser.add_argument("--maxconn", type=int, required=True, help="requests at once per instance: its sync workers")
+    parser.add_argument(
+        "--maxconn", type=int, required=True, help="requests at once per instance: WEB_CONCURRENCY x WEB_THREADS"
+    )
     parser.add_argument("--admin-socket", default="/run/haproxy/admin.sock")
     parser.add_argument("--errorfile", default="/etc/haproxy/errors/503.http", help="where deploy/haproxy/503.http is")
     parser.add_argument("--max-clients", type=int, default=MAX_CLIENTS)

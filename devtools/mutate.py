@@ -1848,8 +1848,8 @@ MUTATIONS = [
         "the deploy rehearsal's front waits 10 s before shedding, not production's queue timeout",
         "devtools/deploy_rehearsal.py",
         "front",
-        "HAProxy(servers, maxconn=workers)",
-        "HAProxy(servers, maxconn=workers, queue_timeout_ms=10000)",
+        "HAProxy(servers, maxconn=workers * web_threads())",
+        "HAProxy(servers, maxconn=workers * web_threads(), queue_timeout_ms=10000)",
         (
             "skincare/tests/test_rehearsal_client.py::"
             "test_the_deploy_rehearsal_runs_productions_front_with_every_worker_busy",
@@ -1943,6 +1943,57 @@ MUTATIONS = [
         "",
         (
             "skincare/tests/test_front_owns_the_client_address.py::test_the_application_sees_the_fronts_headers_never_the_clients",
+        ),
+    ),
+    Mutation(
+        "web-workers-sync",
+        "web workers serve one request at a time: a payment page waiting on the gateway holds a whole worker",
+        "config/gunicorn.conf.py",
+        MODULE,
+        'worker_class = "gthread"\ntry:\n    threads = web_threads()',
+        'worker_class = "sync"\ntry:\n    threads = 1 or web_threads()',
+        (
+            "payments/tests/test_gateway_stall_live.py::"
+            "test_a_stalled_gateway_leaves_the_catalogue_and_checkout_as_fast_as_before[bulkhead-breaker-never-opens]",
+        ),
+    ),
+    Mutation(
+        "bulkhead-as-wide-as-threads",
+        "a bulkhead as wide as a worker's threads starts: a stalled gateway may hold every thread",
+        "config/settings.py",
+        MODULE,
+        "if GATEWAY_MAX_CALLS >= WEB_THREADS:",
+        "if False:",
+        ("skincare/tests/test_configuration.py::test_the_bulkhead_stays_below_the_threads_it_protects",),
+    ),
+    Mutation(
+        "queue-counters-read-unguarded",
+        "the threads of a process read old queue counters at once and hold newly placed passes twice",
+        "waitingroom/counters.py",
+        "queue_counters",
+        "with _reading:",
+        "if True:",
+        ("waitingroom/tests/test_counters_threads.py::test_the_threads_of_a_process_read_the_old_counters_once",),
+    ),
+    Mutation(
+        "gateway-boundary-made-unguarded",
+        "the threads of a process may each make a boundary: each counts its own calls, the bulkhead multiplied",
+        "payments/boundary.py",
+        "boundary",
+        "with _making:",
+        "if True:",
+        ("payments/tests/test_gateway_boundary.py::test_the_threads_of_a_process_share_one_boundary",),
+    ),
+    Mutation(
+        "sweeper-lease-not-retried",
+        "the sweepers' lease outside the transaction runner: a lock timeout ends a looping sweeper",
+        "payments/sessions.py",
+        "_due_sessions_lease",
+        "@retry_transient",
+        "",
+        (
+            "payments/tests/test_sweepers_share.py::"
+            "test_a_looping_sweeper_that_waits_too_long_for_the_lease_sweeps_again[retried]",
         ),
     ),
 ]
@@ -2090,7 +2141,9 @@ importlib.import_module(sys.argv[1])
 
 def startup_error(root: Path, mutation: Mutation, env: dict[str, str]) -> str | None:
     """Why the mutant does not start (the tail of the error), or None when it does."""
-    module = module_name(mutation.path) if mutation.path.endswith(".py") else "django"  # a configuration file
+    # A configuration file (gunicorn's conf.py is Python, but no module: a dot in its name): Django's start only.
+    importable = mutation.path.endswith(".py") and "." not in Path(mutation.path).stem
+    module = module_name(mutation.path) if importable else "django"
     result = subprocess.run(
         [python(), "-c", STARTUP_CHECK, module],
         cwd=root,

@@ -163,8 +163,8 @@ class Gunicorn:
         url: str,
         *,
         workers: int = 5,
-        worker_class: str = "sync",
-        threads: int = 1,
+        worker_class: str | None = None,
+        threads: int | None = None,
         conn_max_age: int = 60,
         config: str | None = None,
         extra_env: dict[str, Any] | None = None,
@@ -174,8 +174,8 @@ class Gunicorn:
         self.app = app  # the WSGI application (bench.floor_wsgi serves the benchmark's framework floor)
         self.base = f"http://127.0.0.1:{self.port}"
         self.config = config or "config/gunicorn.conf.py"
-        # The worker class is a constant of config/gunicorn.conf.py; a benchmark's other kinds of worker are given
-        # on gunicorn's command line, which wins over the configuration file.
+        # The worker class is a constant of config/gunicorn.conf.py (its threads: WEB_THREADS); another kind of worker
+        # (a benchmark's variant, a test's control) is given on gunicorn's command line, which wins over the file.
         self.worker_class, self.threads = worker_class, threads
         self.settings: dict[str, Any] = {"WEB_CONCURRENCY": workers, "DB_CONN_MAX_AGE": conn_max_age}
         self.env = django_env(
@@ -194,7 +194,9 @@ class Gunicorn:
 
     def describe(self) -> str:
         s = self.settings
-        kind = self.worker_class + (f"x{self.threads}" if self.threads != 1 else "")
+        kind = self.worker_class or "gthread"
+        threads = self.threads or int(self.env.get("WEB_THREADS", 4))
+        kind += f" x{threads} threads" if kind == "gthread" else ""
         app = "" if self.app == "config.wsgi:application" else f", app {self.app}"
         return (
             f"{s['WEB_CONCURRENCY']} {kind} workers, DB_CONN_MAX_AGE={s['DB_CONN_MAX_AGE']}, config {self.config}{app}"
@@ -209,8 +211,8 @@ class Gunicorn:
                 str(Path(PY).with_name("gunicorn")),
                 "-c",
                 self.config,
-                f"--worker-class={self.worker_class}",
-                f"--threads={self.threads}",
+                *([f"--worker-class={self.worker_class}"] if self.worker_class else []),
+                *([f"--threads={self.threads}"] if self.threads else []),
                 self.app,
             ],
             cwd=ROOT,

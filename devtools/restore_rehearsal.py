@@ -60,8 +60,8 @@ FLASH_PRODUCT = 101
 PRODUCTS = list(range(4001, 4009))
 MISTAKE = "TRUNCATE orders CASCADE"
 SEGMENT_BYTES = 16 * 1024 * 1024
-WORKERS = 2  # the one gunicorn instance's sync workers
-# The run's stated minimum: shoppers who sent requests (twice the workers: each busy, a request waiting for each) and
+WORKERS = 2  # the one gunicorn instance's workers
+# The run's stated minimum: shoppers who sent requests (twice the workers: each of them serving one at least) and
 # requests started, on the primary (--before + --after seconds of sale) and on the restored copy (3 s).
 MIN_SHOPPERS = 2 * WORKERS
 MIN_REQUESTS = 200

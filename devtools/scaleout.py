@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from config.environment import web_threads
 from devtools.haproxy import HAProxy
 from devtools.pgbouncer import PgBouncer
 from devtools.processes import (
@@ -231,9 +232,10 @@ def wait_for_sweeps(run: Run) -> None:
 
 
 def start_balancer(run: Run, stack: Stack) -> HAProxy:
-    """HAProxy in front of the instances: one request per sync worker, the rest queued up to --queue-timeout-ms."""
+    """HAProxy in front of the instances: one request per worker thread, the rest queued up to --queue-timeout-ms."""
     servers = {f"web{n}": instance.port for n, instance in enumerate(stack.instances)}
-    lb = HAProxy(servers, maxconn=run.args.workers, queue_timeout_ms=run.args.queue_timeout_ms).start()
+    maxconn = run.args.workers * web_threads()
+    lb = HAProxy(servers, maxconn=maxconn, queue_timeout_ms=run.args.queue_timeout_ms).start()
     log(f"haproxy on {lb.base} (pid {lb.proc.pid if lb.proc else '?'}): {', '.join(servers)} UP, /readyz checked")
     return lb
 

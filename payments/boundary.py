@@ -128,6 +128,7 @@ class Breaker:
 
 
 _boundary: tuple[int, tuple[object, ...], Boundary] | None = None
+_making = threading.Lock()  # the threads of a web worker share one boundary: made by one of them
 
 
 def boundary() -> Boundary:
@@ -138,14 +139,18 @@ def boundary() -> Boundary:
         settings.GATEWAY_BREAKER_FAILURES,
         settings.GATEWAY_BREAKER_SECONDS,
     )
-    if _boundary is None or _boundary[0] != os.getpid() or _boundary[1] != bounds:
-        max_calls, failures, seconds = bounds
-        _boundary = (
-            os.getpid(),
-            bounds,
-            Boundary(max_calls=max_calls, breaker_failures=failures, breaker_seconds=seconds),
-        )
-    return _boundary[2]
+    made = _boundary
+    if made is None or made[0] != os.getpid() or made[1] != bounds:
+        with _making:
+            made = _boundary
+            if made is None or made[0] != os.getpid() or made[1] != bounds:
+                max_calls, failures, seconds = bounds
+                made = _boundary = (
+                    os.getpid(),
+                    bounds,
+                    Boundary(max_calls=max_calls, breaker_failures=failures, breaker_seconds=seconds),
+                )
+    return made[2]
 
 
 def forget() -> None:

@@ -32,6 +32,7 @@ from payments.exceptions import AmountNotChargeable, GatewayUnavailable, Payment
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
 from payments.models import PaymentStatus
+from skincare.db import retry_transient
 from skincare.locks import advisory_xact_lock
 
 logger = logging.getLogger(__name__)
@@ -392,6 +393,7 @@ def _statuses_ask(gw: Gateway, gateway_order_ids: list[str]) -> dict[str, Answer
     return answers
 
 
+@retry_transient  # a lock wait past DB_LOCK_TIMEOUT_MS is ServiceBusy: a looping sweeper reports it, sweeps again
 @transaction.atomic
 def _due_sessions_lease(
     *, limit: int, sweeper: str

@@ -13,6 +13,7 @@ pass's poll takes its position from there. At most :data:`PLACEMENTS_HELD` posit
 nearest the serving counter; a pass beyond them, or placed since the last read, is read from the database.
 """
 
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -113,23 +114,39 @@ _placements: dict[int, Placements] = {}
 _read_monotonic: float | None = None
 
 
+# One thread of a process reads the counters at a time; the others that find them old wait for that read and use
+# it (a read rebuilds the placements, which two reads at once would both change). A read builds the new counters
+# aside and puts them in place whole, so a thread answering meanwhile sees the old ones or the new, never a part.
+_reading = threading.Lock()
+
+
+def _stale() -> bool:
+    return _read_monotonic is None or time.monotonic() - _read_monotonic >= settings.QUEUE_COUNTERS_MAX_AGE_SECONDS
+
+
 def queue_counters(*, product_id: int) -> QueueCounters | None:
     """The product's queue counters, at most QUEUE_COUNTERS_MAX_AGE_SECONDS old; None when it has no queue."""
-    global _counters, _read_monotonic
-    now = time.monotonic()
-    if _read_monotonic is None or now - _read_monotonic >= settings.QUEUE_COUNTERS_MAX_AGE_SECONDS:
-        with connection.cursor() as cursor:
-            cursor.execute(QUEUE_COUNTERS_SQL)
-            rows = cursor.fetchall()
-        now = time.monotonic()
-        _counters = {}
-        for pid, pace, paused, admitted, placed, created, starts, ends, available, reserved, db_now in rows:
-            _counters[pid] = QueueCounters(
-                pid, pace, paused, admitted, placed, created, starts, ends, available, reserved, db_now, now
-            )
-        _placements_read()
-        _read_monotonic = now
+    if _stale():
+        with _reading:
+            if _stale():  # not read by another thread while this one waited
+                _counters_read()
     return _counters.get(product_id)
+
+
+def _counters_read() -> None:
+    global _counters, _read_monotonic
+    with connection.cursor() as cursor:
+        cursor.execute(QUEUE_COUNTERS_SQL)
+        rows = cursor.fetchall()
+    now = time.monotonic()
+    counters = {}
+    for pid, pace, paused, admitted, placed, created, starts, ends, available, reserved, db_now in rows:
+        counters[pid] = QueueCounters(
+            pid, pace, paused, admitted, placed, created, starts, ends, available, reserved, db_now, now
+        )
+    _counters = counters
+    _placements_read()
+    _read_monotonic = now
 
 
 def _placements_read() -> None:

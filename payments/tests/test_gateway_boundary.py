@@ -1,6 +1,7 @@
 """The gateway boundary (``payments.boundary``): a whole-call deadline, a bulkhead and a circuit breaker, each with a
 control that shows the naive call failing the same test, against the Midtrans fake over real sockets."""
 
+import contextlib
 import threading
 from io import StringIO
 
@@ -239,3 +240,45 @@ def test_a_sweep_waits_for_the_gateway_no_longer_than_its_bound(api, fake, setti
     assert set(Order.objects.filter(pk__in=[o.pk for o in orders]).values_list("status", flat=True)) == {"cancelled"}
     assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 3
     assert_invariants()
+
+
+# One boundary per process, shared by the threads of a web worker
+
+
+def boundaries_made_at_once(monkeypatch) -> set[int]:
+    """Four threads of one process ask for its boundary at the same moment; a boundary being made waits until a
+    second one is being made at once (it never is when they are made one at a time): the boundaries they got."""
+    boundary.forget()
+    made_at_once = threading.Barrier(2, timeout=3)
+    real = boundary.Boundary
+
+    class MeetingBoundary(real):
+        def __init__(self, **kwargs):
+            with contextlib.suppress(threading.BrokenBarrierError):
+                made_at_once.wait()
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(boundary, "Boundary", MeetingBoundary)
+    start = threading.Barrier(4)
+    got = []
+
+    def ask():
+        start.wait(timeout=30)
+        got.append(boundary.boundary())
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    boundary.forget()
+    return {id(made) for made in got}  # all of them alive here: one id each
+
+
+def test_the_threads_of_a_process_share_one_boundary(monkeypatch):
+    assert len(boundaries_made_at_once(monkeypatch)) == 1  # one bulkhead, one breaker per endpoint
+
+
+def test_control_boundaries_made_unguarded_are_two(monkeypatch):
+    monkeypatch.setattr(boundary, "_making", contextlib.nullcontext())
+    assert len(boundaries_made_at_once(monkeypatch)) >= 2  # each counts its own calls: the bulkhead is doubled

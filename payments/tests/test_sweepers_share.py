@@ -9,7 +9,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import OperationalError, connection
 
 from devtools.testing import assert_invariants
 from orders import services as order_services
@@ -158,4 +158,58 @@ def test_a_sweep_in_small_batches_cancels_only_what_it_asked_about(api, fake, se
 
     assert [Order.objects.get(pk=order.pk).status for order in orders] == ["paid"] * COUNT
     assert status_requests(fake) == COUNT  # each asked about once
+    assert_invariants()
+
+
+def held_lease_key(held: threading.Event, release: threading.Event) -> None:
+    """Another sweeper inside its lease statement: the sweepers' key held until ``release``."""
+    from django.db import transaction
+
+    from skincare.locks import advisory_xact_lock
+
+    try:
+        with transaction.atomic():
+            advisory_xact_lock(space="sweeper_lease", idents=[1])
+            held.set()
+            release.wait(timeout=60)
+    finally:
+        connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("lease", ["retried", "control-unguarded"])
+def test_a_looping_sweeper_that_waits_too_long_for_the_lease_sweeps_again(
+    api, fake, settings, make_product, customer, monkeypatch, lease
+):
+    """The lease key held past the lock timeout is a busy database, not a crash: a looping sweeper reports it and
+    sweeps at its next interval, and that sweep cancels the due order. Control: the lease without the transaction
+    runner, whose lock timeout is an error the loop does not know, ends the sweeper."""
+    from backoffice.management.commands.expire_reservations import Command
+
+    if lease == "control-unguarded":
+        monkeypatch.setattr(sessions, "_due_sessions_lease", sessions._due_sessions_lease.__wrapped__)
+    (order,) = due_orders_with_pages(api, settings, make_product(stock=5, price="129000.00"), customer, 1)
+    held, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=held_lease_key, args=(held, release))
+    holder.start()
+    assert held.wait(timeout=30)
+    sweeper = Command(stdout=StringIO(), stderr=StringIO())
+    sweeper.sweeper = "looping"
+    with connection.cursor() as cursor:
+        cursor.execute("SET lock_timeout = '200ms'")
+    try:
+        if lease == "control-unguarded":
+            with pytest.raises(OperationalError, match="lock timeout"):  # not a busy database: the loop ends
+                sweeper.run_once(batch_size=200, loop=True, interval=1, stop=threading.Event())
+        else:
+            sweeper.run_once(batch_size=200, loop=True, interval=1, stop=threading.Event())
+            assert "(busy); next sweep in 1s" in sweeper.stderr._out.getvalue()
+        assert Order.objects.get(pk=order.pk).status == "pending_payment"
+    finally:
+        release.set()
+        holder.join(timeout=60)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    sweeper.run_once(batch_size=200, loop=True, interval=1, stop=threading.Event())  # the next interval
+    assert Order.objects.get(pk=order.pk).status == "cancelled"
     assert_invariants()

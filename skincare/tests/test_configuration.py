@@ -12,7 +12,7 @@ from config import modes
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "configuration.md"
-READERS = (ROOT / "config" / "settings.py", ROOT / "config" / "gunicorn.conf.py")
+READERS = (ROOT / "config" / "settings.py", ROOT / "config" / "gunicorn.conf.py", ROOT / "config" / "environment.py")
 # The first argument of every call that reads a variable: env_int("X", ...), env_bool(...), env_choice(...), _int(...)
 # (gunicorn's conf), env("X"),
 # env.list("X"), os.environ.get("X"), with the name on the next line too.
@@ -78,11 +78,20 @@ def test_the_settings_load_as_configured(monkeypatch: pytest.MonkeyPatch):
         ("SOLD_OUT_CACHE_MS", "1000", "SOLD_OUT_CACHE_MS must be 250"),
         ("DB_POOL", "true", "no longer settings: DB_POOL"),
         ("GUNICORN_WORKER_CLASS", "gthread", "no longer settings: GUNICORN_WORKER_CLASS"),
+        ("WEB_THREADS", "1", "WEB_THREADS must be at least 2"),
+        ("GATEWAY_MAX_CALLS", "4", "GATEWAY_MAX_CALLS (4) must be below WEB_THREADS (4)"),
     ],
 )
 def test_a_value_a_setting_does_not_take_refuses_to_start(monkeypatch, name, value, complaint):
     with pytest.raises(ImproperlyConfigured, match=re.escape(complaint)):
         _settings(monkeypatch, **{name: value})
+
+
+def test_the_bulkhead_stays_below_the_threads_it_protects(monkeypatch: pytest.MonkeyPatch):
+    assert _settings(monkeypatch)["GATEWAY_MAX_CALLS"] == 2  # unset: half of the default four threads
+    assert _settings(monkeypatch, WEB_THREADS="8", GATEWAY_MAX_CALLS="7")["GATEWAY_MAX_CALLS"] == 7
+    with pytest.raises(ImproperlyConfigured, match=re.escape("GATEWAY_MAX_CALLS (8) must be below WEB_THREADS (8)")):
+        _settings(monkeypatch, WEB_THREADS="8", GATEWAY_MAX_CALLS="8")
 
 
 def test_control_the_same_settings_without_the_bad_value_start(monkeypatch: pytest.MonkeyPatch):

@@ -200,10 +200,10 @@ def test_fewer_requests_or_shoppers_than_stated_fail_the_run():
 
 def test_the_deploy_rehearsal_runs_productions_front_with_every_worker_busy():
     lb = deploy_rehearsal.front({"web0": 9000, "web1": 9001}, workers=3)
-    assert lb.queue_timeout_ms == haproxy.QUEUE_TIMEOUT_MS and lb.maxconn == 3
+    assert lb.queue_timeout_ms == haproxy.QUEUE_TIMEOUT_MS and lb.maxconn == 3 * 4  # a request per worker thread
     args = deploy_rehearsal.parse_args([])
-    workers = deploy_rehearsal.INSTANCES * args.workers
-    assert args.shoppers == deploy_rehearsal.min_shoppers(args.workers) >= 2 * workers
+    slots = deploy_rehearsal.INSTANCES * args.workers * 4  # WEB_THREADS' default
+    assert args.shoppers == deploy_rehearsal.min_shoppers(args.workers) >= 2 * slots
     with pytest.raises(SystemExit):
         deploy_rehearsal.parse_args(["--queue-timeout-ms", "10000"])
 
