@@ -1,5 +1,6 @@
 """A real PgBouncer in transaction mode in front of a PostgreSQL server, for tests, ``make scaleout`` and the
-connection benchmark (development tooling, like :mod:`devtools.devdb`; production runs its own PgBouncer).
+connection benchmark (development tooling, like :mod:`devtools.devdb`), running production's configuration
+(``deploy/pgbouncer/pgbouncer.ini``) with its own addresses, ports and files.
 
 Debian's ``pgbouncer`` (1.18) refuses to run as root, so as root it runs as the OS user that owns the embedded
 server's data directory (``embedded_postgres``: it can reach the server's Unix socket there). It listens on
@@ -11,6 +12,8 @@ server's data directory (``embedded_postgres``: it can reach the server's Unix s
 
 from __future__ import annotations
 
+import configparser
+import io
 import os
 import pwd
 import shutil
@@ -25,6 +28,9 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from devtools import devdb
 from devtools.processes import free_port
+
+# Production's PgBouncer configuration, which every PgBouncer started here runs (its places filled in: _ini).
+CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "pgbouncer" / "pgbouncer.ini"
 
 
 class PgBouncerUnavailable(RuntimeError):
@@ -46,9 +52,8 @@ class PgBouncer:
     upstream_port: int = 5432
     user: str = "postgres"
     password: str = ""
-    pool_mode: str = "transaction"
-    default_pool_size: int = 20
-    max_client_conn: int = 1000
+    # None: production's value (deploy/pgbouncer/pgbouncer.ini); a test may size the pool down to make a queue.
+    default_pool_size: int | None = None
     run_as: str | None = None
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
@@ -102,27 +107,29 @@ class PgBouncer:
         return f"postgres://{self.user}@127.0.0.1:{self.port}/{dbname}"
 
     def _ini(self) -> str:
+        """Production's configuration (:data:`CONFIG`) with this process's places: the upstream server, the listening
+        address and port, trust authentication from a file here, the log and pid files here; and the pool size when
+        one is given. Everything else (transaction pooling, the client limit, no reset query) is production's."""
         assert self.workdir is not None
+        config = configparser.ConfigParser(interpolation=None, comment_prefixes=(";", "#"), delimiters=("=",))
+        config.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case ("*")
+        config.read_string(CONFIG.read_text())
         password = f" password={self.password}" if self.password else ""
-        return "\n".join(
-            [
-                "[databases]",
-                f"* = host={self.upstream_host} port={self.upstream_port}{password}",
-                "[pgbouncer]",
-                "listen_addr = 127.0.0.1",
-                f"listen_port = {self.port}",
-                "unix_socket_dir =",
-                "auth_type = trust",
-                f"auth_file = {self.workdir / 'userlist.txt'}",
-                f"pool_mode = {self.pool_mode}",
-                f"max_client_conn = {self.max_client_conn}",
-                f"default_pool_size = {self.default_pool_size}",
-                "server_reset_query =",
-                f"logfile = {self.workdir / 'pgbouncer.log'}",
-                f"pidfile = {self.workdir / 'pgbouncer.pid'}",
-                "",
-            ]
-        )
+        config["databases"] = {"*": f"host={self.upstream_host} port={self.upstream_port}{password}"}
+        local = {
+            "listen_addr": "127.0.0.1",
+            "listen_port": str(self.port),
+            "auth_type": "trust",
+            "auth_file": str(self.workdir / "userlist.txt"),
+            "logfile": str(self.workdir / "pgbouncer.log"),
+            "pidfile": str(self.workdir / "pgbouncer.pid"),
+        }
+        if self.default_pool_size is not None:
+            local["default_pool_size"] = str(self.default_pool_size)
+        config["pgbouncer"].update(local)
+        text = io.StringIO()
+        config.write(text)
+        return text.getvalue()
 
     def start(self, timeout: float = 30.0) -> PgBouncer:
         exe = binary()

@@ -303,3 +303,23 @@ def _direct_url(settings_dict: dict[str, object]) -> str:
         port=str(settings_dict.get("PORT") or ""),
         user=str(settings_dict.get("USER") or ""),
     )
+
+
+def test_every_pgbouncer_started_here_runs_productions_configuration(tmp_path, monkeypatch):
+    """The tests' and rehearsals' PgBouncer is production's deploy/pgbouncer/pgbouncer.ini with its own places filled
+    in: a setting changed there is the setting they run (control: the same change in a copy shows in the copy)."""
+    bouncer = pgbouncer.PgBouncer(upstream_host="/run/pg", upstream_port=5433)
+    bouncer.workdir = tmp_path
+    production = pgbouncer.CONFIG.read_text()
+    ran = bouncer._ini()
+    for line in ("pool_mode = transaction", "max_client_conn = 2000", "default_pool_size = 40"):
+        assert line in production and line in ran
+    assert "* = host=/run/pg port=5433" in ran and f"listen_port = {bouncer.port}" in ran
+    assert "auth_type = trust" in ran and "/run/pgbouncer" not in ran  # its own authentication and files
+    changed = tmp_path / "pgbouncer.ini"
+    changed.write_text(production.replace("max_client_conn = 2000", "max_client_conn = 77"))
+    monkeypatch.setattr(pgbouncer, "CONFIG", changed)
+    assert "max_client_conn = 77" in bouncer._ini()
+    assert (
+        "default_pool_size = 3" in pgbouncer.PgBouncer(upstream_host="h", default_pool_size=3, workdir=tmp_path)._ini()
+    )
