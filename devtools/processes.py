@@ -387,7 +387,7 @@ class Sweepers:
 
 
 class Stack:
-    """The application side of a rehearsal: ``instances`` gunicorns (``workers`` sync workers each, ``env`` added to
+    """The application side of a rehearsal: ``instances`` gunicorns (``workers`` workers each, ``env`` added to
     their settings) and ``sweepers`` sweepers, all on ``url``. ``stop()`` ends the sweepers, then the instances (last
     started first), each by its pid, and returns the error lines the instances logged, but those containing one of
     ``expected`` (a 503 is an answer the rehearsal expects)."""

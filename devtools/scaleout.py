@@ -3,7 +3,7 @@
 PostgreSQL (embedded, or the server DATABASE_URL names) → one PgBouncer in transaction mode → two gunicorn instances
 on two ports (DB_PGBOUNCER=true) + two ``expire_reservations --loop`` sweepers with their own metrics ports, and
 HAProxy in front of the instances (:mod:`devtools.haproxy`: health checks on ``/readyz``, at most one request per
-sync worker, a bounded queue that answers 503 with Retry-After). Every request of the load goes through HAProxy:
+worker thread, a bounded queue that answers 503 with Retry-After). Every request of the load goes through HAProxy:
 
 1. flash sale: FLASH_STOCK units of product 101, FLASH_BUYERS buyers released together by a barrier; then every
    winner pays by signed webhook;
@@ -301,7 +301,7 @@ def report(run: Run, verdict: Verdict) -> int:
     requests = sum(client.statuses.values())
     print("\n=== make scaleout ===")
     print(
-        f"stack: haproxy (queue timeout {args.queue_timeout_ms} ms) -> 2 gunicorn x {args.workers} sync workers "
+        f"stack: haproxy (queue timeout {args.queue_timeout_ms} ms) -> 2 gunicorn x {args.workers} workers "
         "-> pgbouncer (transaction, pool 20); 2 sweepers"
     )
     print(
