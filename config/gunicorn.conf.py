@@ -39,6 +39,9 @@ backlog = 2048
 timeout = _int("GUNICORN_TIMEOUT", 30)
 graceful_timeout = 20
 keepalive = 5
+# No control socket (gunicornc): nothing here uses it, it would let whoever can reach the socket resize or stop the
+# server, and every instance on a host would bind the same default path ($HOME/.gunicorn/gunicorn.ctl).
+control_socket_disable = True
 # No access log of gunicorn's own: the application writes one JSON line per request (ACCESS_LOG).
 accesslog = None
 errorlog = "-"

@@ -1985,6 +1985,15 @@ MUTATIONS = [
         ("payments/tests/test_gateway_boundary.py::test_the_threads_of_a_process_share_one_boundary",),
     ),
     Mutation(
+        "gunicorn-control-socket",
+        "gunicorn binds its default control socket: one path for every instance on a host, able to stop them",
+        "config/gunicorn.conf.py",
+        MODULE,
+        "control_socket_disable = True",
+        "control_socket_disable = False",
+        ("skincare/tests/test_gunicorn_conf.py::test_an_instance_opens_no_control_socket[project]",),
+    ),
+    Mutation(
         "sweeper-lease-not-retried",
         "the sweepers' lease outside the transaction runner: a lock timeout ends a looping sweeper",
         "payments/sessions.py",
