@@ -209,6 +209,28 @@ MUTATIONS = [
         ("skincare/tests/test_fuzz.py::test_any_checkout_body_from_a_customer_is_never_a_5xx",),
     ),
     Mutation(
+        "json-nan-accepted",
+        "a body with NaN or Infinity is parsed (into a float no JSON answer can carry), not refused with a 400",
+        "skincare/api.py",
+        "JSONParser.parse",
+        "parse_constant=drf_json.strict_constant if self.strict else None",
+        "parse_constant=None",
+        ("skincare/tests/test_apiview.py::test_the_parser_reads_what_drfs_parser_reads",),
+    ),
+    Mutation(
+        "json-depth-counted-loosely",
+        "a body whose brackets are fewer than ten times the depth limit is never walked: nesting just past the limit "
+        "is read",
+        "skincare/api.py",
+        "JSONParser.parse",
+        'if text.count("[") + text.count("{") > MAX_JSON_DEPTH and',
+        'if text.count("[") + text.count("{") > 10 * MAX_JSON_DEPTH and',
+        (
+            "skincare/tests/test_apiview.py::"
+            "test_a_body_nested_deeper_than_the_limit_is_refused_however_few_its_other_brackets",
+        ),
+    ),
+    Mutation(
         "token-feed-ignored",
         "a process reads the feed of token invalidations but forgets nobody: a revoked token keeps working",
         "skincare/selectors.py",

@@ -13,7 +13,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpRespons
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from inventory import soldout
 from inventory.exceptions import StockConflict
@@ -23,6 +22,7 @@ from payments.idempotency import KeyedCheckout
 from payments.order_api import order_data
 from skincare import metrics, validation
 from skincare.api import JSONParser, JSONRenderer, authenticated_customer, bearer_customer
+from skincare.apiview import ApiView
 from skincare.errors import InvalidInput
 from skincare.metrics import OutcomeCountingMixin
 
@@ -114,7 +114,7 @@ def remembered_sold_out(request: HttpRequest) -> StockConflict | None:
     return None
 
 
-class CheckoutEndpoint(OutcomeCountingMixin, APIView):
+class CheckoutEndpoint(OutcomeCountingMixin, ApiView):
     """A view that places a checkout, counted as one on ``/metrics`` (both checkout views)."""
 
     outcome_counter = metrics.CHECKOUT_REQUESTS
@@ -233,7 +233,7 @@ def parse_webhook(data: Any) -> dict[str, Any]:
     }
 
 
-class PaymentWebhookApi(OutcomeCountingMixin, APIView):
+class PaymentWebhookApi(OutcomeCountingMixin, ApiView):
     """Signed gateway callback. The signature is checked on the raw body before anything is parsed."""
 
     outcome_counter = metrics.PAYMENT_WEBHOOK_EVENTS
@@ -257,7 +257,7 @@ class PaymentWebhookApi(OutcomeCountingMixin, APIView):
         return Response({"status": outcome, "event_id": event["event_id"]})
 
 
-class PaymentPageApi(APIView):
+class PaymentPageApi(ApiView):
     """``payment_url`` with Midtrans: the buyer's browser follows the signed link here and is sent on to the order's
     Snap page, created on the first visit (``payments.sessions.payment_session_open``)."""
 
@@ -270,7 +270,7 @@ class PaymentPageApi(APIView):
         return HttpResponseRedirect(sessions.payment_session_open(order_id=order_id, customer_id=customer_id))
 
 
-class MidtransNotificationApi(OutcomeCountingMixin, APIView):
+class MidtransNotificationApi(OutcomeCountingMixin, ApiView):
     """Midtrans's HTTP notification: verified by its ``signature_key`` and confirmed with the status API before
     anything changes (``payments.sessions.notification_apply``). Counted with the webhook's events."""
 

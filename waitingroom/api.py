@@ -11,9 +11,9 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from skincare.api import authenticated_customer, bearer_customer
+from skincare.apiview import ApiView
 from waitingroom import passtoken, schemas, selectors, services
 from waitingroom.exceptions import QueueNotFound, QueuePassInvalid
 from waitingroom.passtoken import SignedPass
@@ -68,7 +68,7 @@ def pass_token_sent(request: HttpRequest, pass_id: int) -> str | None:
     return token
 
 
-class QueueApi(APIView):
+class QueueApi(ApiView):
     """``/v1/products/<id>/queue``: POST joins (201, or 200 with the existing pass), GET reads the customer's pass."""
 
     @schemas.QUEUE_JOIN
@@ -105,7 +105,7 @@ def signed_poll_answer(*, customer_id: int, pass_id: int, token: str) -> HttpRes
     return response
 
 
-class QueuePassApi(APIView):
+class QueuePassApi(ApiView):
     """``/v1/queue/passes/<id>``: the same body, by the pass's id (another customer's pass is a 404). With the
     signed pass (header or cookie) a waiting pass is answered without the database; a signed pass that is forged
     or another customer's is refused (403 ``queue_pass_invalid``).
