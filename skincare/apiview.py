@@ -46,11 +46,11 @@ class ApiView(APIView):
 
 # Each list of classes a view names (by identity: the list itself is kept, so its id is never reused), with one
 # instance of each; and each view class's default headers.
-_INSTANCES: dict[int, tuple[Sequence[type], list[Any]]] = {}
+_INSTANCES: dict[int, tuple[Sequence[Any], list[Any]]] = {}
 _HEADERS: dict[type, dict[str, str]] = {}
 
 
-def _instances(classes: Sequence[type]) -> list[Any]:
+def _instances(classes: Sequence[Any]) -> list[Any]:
     cached = _INSTANCES.get(id(classes))
     if cached is None or cached[0] is not classes:
         cached = _INSTANCES[id(classes)] = (classes, [cls() for cls in classes])
