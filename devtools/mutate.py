@@ -299,22 +299,27 @@ MUTATIONS = [
         "remembered-sold-out-keyed",
         "a keyed checkout of a product remembered sold out is answered from the memory, not as its key's answer",
         "payments/api.py",
-        "remembered_sold_out",
-        "or IDEMPOTENCY_KEY_META in request.META",
-        "",
+        "CheckoutApi.post",
+        "if key is None:",
+        "if key is None or checkout.checkout_quantities(items) is None:",
         (
             "payments/tests/test_soldout_refusal.py::"
             "test_a_keyed_replay_of_a_bought_key_gets_its_201_while_the_product_is_remembered_sold_out",
         ),
     ),
     Mutation(
-        "remembered-sold-out-before-rate-limit",
-        "a checkout of a product remembered sold out is refused before the rate limit counts it",
+        "remembered-sold-out-counted",
+        "an unkeyed checkout of a product remembered sold out is counted against the rate limit (a statement) "
+        "before the memory refuses it",
         "payments/api.py",
-        "remembered_sold_out",
-        "or settings.CHECKOUT_RATE_LIMIT",
-        "",
-        ("payments/tests/test_soldout_refusal.py::test_every_check_before_the_memory_still_answers_first",),
+        "CheckoutApi.post",
+        "quantities = checkout.checkout_quantities(items)",
+        "quantities = (ratelimit.checkout_rate_limit(customer=authenticated_customer(request)), "
+        "checkout.checkout_quantities(items))[1]",
+        (
+            "payments/tests/test_soldout_refusal.py::"
+            "test_a_remembered_refusal_is_not_counted_and_asks_nothing_with_the_rate_limit_on",
+        ),
     ),
     Mutation(
         "nowait-waits",

@@ -87,17 +87,6 @@ def bearer_token_user(meta: Mapping[str, Any]) -> User | None:
     return user
 
 
-def bearer_customer(request: HttpRequest) -> User:
-    """The customer of a request to a view that answers without DRF's dispatch, decided as DRF decides it with
-    :class:`BearerTokenAuthentication` and ``IsAuthenticated``: NotAuthenticated (401) without Bearer credentials,
-    AuthenticationFailed (401) for a bad token. Sets ``request.user`` as DRF does (the access line's customer)."""
-    user = bearer_token_user(request.META)
-    if user is None:
-        raise drf_exceptions.NotAuthenticated()
-    request.user = user
-    return user
-
-
 def json_depth_exceeds(data: Any, limit: int) -> bool:
     """Whether parsed JSON nests deeper than ``limit`` (walked without recursion)."""
     stack = [(data, 1)]
