@@ -60,7 +60,7 @@ def text_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def main(ref: str, *, rounds: int, requests: int, warmup: int, pairs: int) -> int:
+def main(ref: str, *, rounds: int, requests: int, warmup: int, pairs: int, only: tuple[str, ...] = ()) -> int:
     from bench.cpu import run_worker
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-ab-"))
@@ -73,7 +73,9 @@ def main(ref: str, *, rounds: int, requests: int, warmup: int, pairs: int) -> in
         for n in range(pairs):
             for side in list(SIDES) if n % 2 == 0 else list(SIDES)[::-1]:
                 log(f"pair {n + 1}/{pairs}: {side}")
-                runs[side].append(run_worker(trees[side], urls[side], rounds=rounds, requests=requests, warmup=warmup))
+                runs[side].append(
+                    run_worker(trees[side], urls[side], rounds=rounds, requests=requests, warmup=warmup, only=only)
+                )
         print(f"bench.cpu A/B: this tree ({_describe(ROOT)}) against {ref} ({_describe(tree)}); {pairs} runs each, "
               f"alternating, {rounds} rounds x {requests} requests per run; medians of the runs' medians")  # fmt: skip
         print(text_table(combine(runs)))

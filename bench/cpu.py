@@ -4,6 +4,7 @@ A/B of two commits compares.
     python -m bench cpu                                # 7 rounds x 300 requests per scenario, the development database
     python -m bench cpu --rounds 3 --requests 100      # a quick look
     python -m bench cpu --against f601d59              # A/B against another commit (bench.ab)
+    python -m bench cpu --only queue_poll              # one scenario (and healthz, its baseline); repeatable
 
 Method. Django is set up in a worker process against the real PostgreSQL (no mocks); each request is a call of
 ``django.core.handlers.wsgi.WSGIHandler()`` with a prepared WSGI environ, so it walks the whole stack as a gunicorn
@@ -33,13 +34,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("healthz", "product_get", "checkout_sold_out", "checkout", "queue_poll", "queue_poll_unsigned")
+SCENARIOS = (
+    "healthz",
+    "product_get",
+    "checkout_sold_out",
+    "checkout_sold_out_limited",
+    "checkout",
+    "queue_poll",
+    "queue_poll_unsigned",
+)
 CUSTOMER = "cpu-bench-customer"
 SKUS = {
     "stock": ("cpu-bench-stock", 10_000_000),
     "sold_out": ("cpu-bench-sold-out", 0),
     "queued": ("cpu-bench-queued", 10_000_000),
 }
+# CHECKOUT_RATE_LIMIT of the scenarios with the rate limit on (production turns it on): never reached by a run.
+RATE_LIMIT = "100000000/minute"
 # The bench customer's pass waits this far back in the queued product's line (nobody is ever admitted: no advance).
 QUEUE_POSITION = 1_000_000
 
@@ -116,6 +127,21 @@ def _request(
         return content
 
     return call
+
+
+def _rate_limited(call: Callable[[], bytes]) -> Callable[[], bytes]:
+    """``call`` with ``CHECKOUT_RATE_LIMIT`` on (:data:`RATE_LIMIT`), as production serves a checkout."""
+    from django.conf import settings
+
+    def limited() -> bytes:
+        before = settings.CHECKOUT_RATE_LIMIT
+        settings.CHECKOUT_RATE_LIMIT = RATE_LIMIT
+        try:
+            return call()
+        finally:
+            settings.CHECKOUT_RATE_LIMIT = before
+
+    return limited
 
 
 def _backend_cpu() -> float:
@@ -199,8 +225,9 @@ def measure(
     }
 
 
-def worker(rounds: int, requests: int, warmup: int) -> dict[str, dict[str, Any]]:
-    """Set up Django in this tree, prepare the data, measure every scenario; audit at the end."""
+def worker(rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """Set up Django in this tree, prepare the data, measure every scenario (``only`` those named, and
+    ``healthz``); audit at the end."""
     import django
 
     django.setup()
@@ -225,14 +252,19 @@ def worker(rounds: int, requests: int, warmup: int) -> dict[str, dict[str, Any]]
             _request(handler, "POST", f"/v1/orders/{order_id}/cancel", 200, token=token)()
 
     cancel_pending()
-    callables = {
+    callables: dict[str, Callable[[], object]] = {
         "healthz": _request(handler, "GET", "/healthz", 200),
         "product_get": _request(handler, "GET", f"/v1/products/{stock}", 200),
         "checkout_sold_out": _request(handler, "POST", "/v1/checkout", 409, body(sold_out), token),
+        "checkout_sold_out_limited": _rate_limited(
+            _request(handler, "POST", "/v1/checkout", 409, body(sold_out), token)
+        ),
         "checkout": _request(handler, "POST", "/v1/checkout", 201, body(stock), token),
         **_queue_polls(handler, token),
     }
     try:
+        if only:
+            callables = {name: call for name, call in callables.items() if name in only or name == "healthz"}
         results = measure(
             callables, rounds=rounds, requests=requests, warmup=warmup, after_round={"checkout": cancel_pending}
         )
@@ -263,7 +295,9 @@ def worker_env(tree: Path, url: str) -> dict[str, str]:
     return env
 
 
-def run_worker(tree: Path, url: str, *, rounds: int, requests: int, warmup: int) -> dict[str, dict[str, Any]]:
+def run_worker(
+    tree: Path, url: str, *, rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()
+) -> dict[str, dict[str, Any]]:
     """This file, as a worker in ``tree`` (its application, its settings) on ``url``; its results."""
     cmd = [
         sys.executable,
@@ -275,6 +309,7 @@ def run_worker(tree: Path, url: str, *, rounds: int, requests: int, warmup: int)
         str(requests),
         "--warmup",
         str(warmup),
+        *(f"--only={name}" for name in only),
     ]
     proc = subprocess.run(cmd, cwd=tree, env=worker_env(tree, url), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -288,6 +323,7 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         "healthz": "in-process GET /healthz",
         "product_get": "in-process product GET",
         "checkout_sold_out": "in-process sold-out checkout (409)",
+        "checkout_sold_out_limited": "in-process sold-out checkout (409), rate limit on",
         "checkout": "in-process checkout, one unit",
         "queue_poll": "in-process queue poll, signed pass",
         "queue_poll_unsigned": "in-process queue poll, no signed pass",
@@ -314,22 +350,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument(
+        "--only", action="append", default=[], choices=SCENARIOS, help="only this scenario (and healthz); repeatable"
+    )
     parser.add_argument("--against", metavar="GIT_REF", help="A/B against this commit (bench.ab)")
     parser.add_argument("--pairs", type=int, default=3, help="A/B: how many times each side runs, alternating")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-        print(json.dumps(worker(args.rounds, args.requests, args.warmup)))
+        print(json.dumps(worker(args.rounds, args.requests, args.warmup, tuple(args.only))))
         return 0
     from bench import ab
 
     if args.against:
-        return ab.main(args.against, rounds=args.rounds, requests=args.requests, warmup=args.warmup, pairs=args.pairs)
+        return ab.main(
+            args.against,
+            rounds=args.rounds,
+            requests=args.requests,
+            warmup=args.warmup,
+            pairs=args.pairs,
+            only=tuple(args.only),
+        )
     from devtools.processes import ROOT, server_url
 
     url = os.environ.get("DATABASE_URL") or server_url("skincare")
-    results = run_worker(ROOT, url, rounds=args.rounds, requests=args.requests, warmup=args.warmup)
+    results = run_worker(
+        ROOT, url, rounds=args.rounds, requests=args.requests, warmup=args.warmup, only=tuple(args.only)
+    )
     print(ab.text_table({"this tree": results}))
     return 0
 

@@ -7,7 +7,6 @@ from typing import Any
 from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from carts import schemas, selectors, services
 from carts.exceptions import CartExpired, CartNotFound
@@ -23,6 +22,7 @@ from payments.api import (
 )
 from skincare import validation
 from skincare.api import authenticated_customer
+from skincare.apiview import ApiView
 from skincare.timestamps import utc_z
 
 
@@ -62,14 +62,14 @@ def cart_items(request: Request) -> list[tuple[int, int]]:
     return validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
 
 
-class CartCreateApi(APIView):
+class CartCreateApi(ApiView):
     @schemas.CART_CREATE
     def post(self, request: Request) -> Response:
         cart = services.cart_create(customer=authenticated_customer(request), items=cart_items(request))
         return Response(cart_data(cart), status=201)
 
 
-class CartDetailApi(APIView):
+class CartDetailApi(ApiView):
     @schemas.CART_DETAIL
     def get(self, request: Request, cart_id: str) -> Response:
         parsed = parse_cart_id(cart_id)

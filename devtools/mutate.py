@@ -209,6 +209,28 @@ MUTATIONS = [
         ("skincare/tests/test_fuzz.py::test_any_checkout_body_from_a_customer_is_never_a_5xx",),
     ),
     Mutation(
+        "json-nan-accepted",
+        "a body with NaN or Infinity is parsed (into a float no JSON answer can carry), not refused with a 400",
+        "skincare/api.py",
+        "JSONParser.parse",
+        "parse_constant=drf_json.strict_constant if self.strict else None",
+        "parse_constant=None",
+        ("skincare/tests/test_apiview.py::test_the_parser_reads_what_drfs_parser_reads",),
+    ),
+    Mutation(
+        "json-depth-counted-loosely",
+        "a body whose brackets are fewer than ten times the depth limit is never walked: nesting just past the limit "
+        "is read",
+        "skincare/api.py",
+        "JSONParser.parse",
+        'if text.count("[") + text.count("{") > MAX_JSON_DEPTH and',
+        'if text.count("[") + text.count("{") > 10 * MAX_JSON_DEPTH and',
+        (
+            "skincare/tests/test_apiview.py::"
+            "test_a_body_nested_deeper_than_the_limit_is_refused_however_few_its_other_brackets",
+        ),
+    ),
+    Mutation(
         "token-feed-ignored",
         "a process reads the feed of token invalidations but forgets nobody: a revoked token keeps working",
         "skincare/selectors.py",
@@ -277,22 +299,27 @@ MUTATIONS = [
         "remembered-sold-out-keyed",
         "a keyed checkout of a product remembered sold out is answered from the memory, not as its key's answer",
         "payments/api.py",
-        "remembered_sold_out",
-        "or IDEMPOTENCY_KEY_META in request.META",
-        "",
+        "CheckoutApi.post",
+        "if key is None:",
+        "if key is None or checkout.checkout_quantities(items) is None:",
         (
             "payments/tests/test_soldout_refusal.py::"
             "test_a_keyed_replay_of_a_bought_key_gets_its_201_while_the_product_is_remembered_sold_out",
         ),
     ),
     Mutation(
-        "remembered-sold-out-before-rate-limit",
-        "a checkout of a product remembered sold out is refused before the rate limit counts it",
+        "remembered-sold-out-counted",
+        "an unkeyed checkout of a product remembered sold out is counted against the rate limit (a statement) "
+        "before the memory refuses it",
         "payments/api.py",
-        "remembered_sold_out",
-        "or settings.CHECKOUT_RATE_LIMIT",
-        "",
-        ("payments/tests/test_soldout_refusal.py::test_every_check_before_the_memory_still_answers_first",),
+        "CheckoutApi.post",
+        "quantities = checkout.checkout_quantities(items)",
+        "quantities = (ratelimit.checkout_rate_limit(customer=authenticated_customer(request)), "
+        "checkout.checkout_quantities(items))[1]",
+        (
+            "payments/tests/test_soldout_refusal.py::"
+            "test_a_remembered_refusal_is_not_counted_and_asks_nothing_with_the_rate_limit_on",
+        ),
     ),
     Mutation(
         "nowait-waits",

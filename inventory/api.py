@@ -7,11 +7,11 @@ from django.conf import settings
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from inventory import schemas, selectors
 from inventory.exceptions import ProductNotFound
 from inventory.selectors import ProductView
+from skincare.apiview import ApiView
 
 
 def product_data(product: ProductView) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def product_data(product: ProductView) -> dict[str, Any]:
     }
 
 
-class PublicApiView(APIView):
+class PublicApiView(ApiView):
     """A public read: no authentication classes, so DRF's per-request authentication step has nothing to evaluate
     and is skipped (``request.user`` stays lazy, DRF's documented way; the view never reads it). The OpenAPI
     description is unchanged: it is built from these same two attributes."""

@@ -1,28 +1,24 @@
 import hashlib
-import io
 import json
 import logging
 import re
-import time
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
+from django.http import HttpResponseRedirect
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from inventory import soldout
-from inventory.exceptions import StockConflict
 from orders.selectors import OrderView
 from payments import checkout, idempotency, ratelimit, schemas, services, sessions, signing
 from payments.idempotency import KeyedCheckout
 from payments.order_api import order_data
 from skincare import metrics, validation
-from skincare.api import JSONParser, JSONRenderer, authenticated_customer, bearer_customer
+from skincare.api import authenticated_customer
+from skincare.apiview import ApiView
 from skincare.errors import InvalidInput
 from skincare.metrics import OutcomeCountingMixin
 
@@ -30,7 +26,6 @@ logger = logging.getLogger(__name__)
 
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
-IDEMPOTENCY_KEY_META = "HTTP_IDEMPOTENCY_KEY"
 
 
 def idempotency_key(request: Request) -> str | None:
@@ -76,45 +71,7 @@ def keyed_checkout_response(request: Request, answer: KeyedCheckout) -> Response
     return Response(order_data(request, answer.order), status=201, headers=headers)
 
 
-RENDERER = JSONRenderer()
-# The one Content-Type of a body that remembered_sold_out reads itself (its charset DEFAULT_CHARSET, as DRF's parser
-# decodes it); any other is left to DRF's parser.
-JSON_CONTENT_TYPE = JSONParser.media_type
-
-
-def remembered_sold_out(request: HttpRequest) -> StockConflict | None:
-    """The refusal of a ``POST /v1/checkout`` that passes every check before the sold-out memory and asks for a
-    product this worker remembers sold out (``payments.checkout.refuse_remembered_short``); None for every other
-    request, which DRF's dispatch answers, refusals included. The checks are the view's: authentication
-    (``skincare.api.bearer_customer``, as ``BearerTokenAuthentication`` and ``IsAuthenticated``), the body
-    (``skincare.api.JSONParser``, ``skincare.validation.checkout_items``), too many units
-    (``payments.checkout.merge_quantities``) and the memory. Asked only while the memory holds a product, without
-    an ``Idempotency-Key`` (a keyed checkout is answered as its key's answer was stored, never from the memory), and
-    with the rate limit off (it counts before the memory, in the database, once per checkout)."""
-    if (
-        request.method != "POST"
-        or not soldout.remembers_any()
-        or settings.CHECKOUT_RATE_LIMIT
-        or IDEMPOTENCY_KEY_META in request.META
-        or request.META.get("CONTENT_TYPE") != JSON_CONTENT_TYPE
-    ):
-        return None
-    try:
-        data = JSONParser().parse(io.BytesIO(request.body), JSON_CONTENT_TYPE, {})
-        quantities = checkout.merge_quantities(validation.checkout_items(data, max_items=settings.CHECKOUT_MAX_ITEMS))
-        try:
-            checkout.refuse_remembered_short(quantities)
-        except StockConflict as refusal:
-            # Authenticated last here (first in DRF's dispatch): this answer is given only once every check passed,
-            # so it is the view's; a checkout the memory lets through costs no authentication twice.
-            bearer_customer(request)
-            return refusal
-    except Exception:  # any other refusal (or an outage): DRF's dispatch answers it, as always
-        return None
-    return None
-
-
-class CheckoutEndpoint(OutcomeCountingMixin, APIView):
+class CheckoutEndpoint(OutcomeCountingMixin, ApiView):
     """A view that places a checkout, counted as one on ``/metrics`` (both checkout views)."""
 
     outcome_counter = metrics.CHECKOUT_REQUESTS
@@ -124,31 +81,19 @@ class CheckoutEndpoint(OutcomeCountingMixin, APIView):
 
 
 class CheckoutApi(CheckoutEndpoint):
-    """``POST /v1/checkout``. A checkout that a product this worker remembers sold out refuses, the most frequent
-    request of a sold-out flood, is answered before DRF's dispatch (:func:`remembered_sold_out`): the same checks by
-    the same functions (an answer only when every one passed), and the same bytes as DRF's answer (``skincare.api.JSONRenderer``, the
-    ``Allow`` header DRF's dispatch sets), counted on ``/metrics`` like any other answer."""
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        started = time.perf_counter()
-        refusal = remembered_sold_out(request)
-        if refusal is None:
-            return super().dispatch(request, *args, **kwargs)
-        self.count_answer(started, refusal.code)
-        response = HttpResponse(
-            RENDERER.render(refusal.body()), status=refusal.http_status, content_type=RENDERER.media_type
-        )
-        for name, value in {**self.default_response_headers, **refusal.headers}.items():
-            response[name] = value
-        return response
+    """``POST /v1/checkout``."""
 
     @schemas.CHECKOUT
     def post(self, request: Request) -> Response:
         key = idempotency_key(request)
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
-        customer = checkout_customer(request)
         if key is None:
-            return order_created(request, checkout.checkout(customer=customer, items=items))
+            # Too many units and the sold-out memory before the rate limit: a refusal that takes nothing and asks
+            # the database nothing is not counted (payments.checkout, the order of the checks).
+            quantities = checkout.checkout_quantities(items)
+            customer = checkout_customer(request)
+            return order_created(request, checkout.checkout(customer=customer, items=quantities.items()))
+        customer = checkout_customer(request)
         answer = idempotency.checkout_idempotent(
             customer=customer, items=items, key=key, fingerprint=request_fingerprint(request.data)
         )
@@ -233,7 +178,7 @@ def parse_webhook(data: Any) -> dict[str, Any]:
     }
 
 
-class PaymentWebhookApi(OutcomeCountingMixin, APIView):
+class PaymentWebhookApi(OutcomeCountingMixin, ApiView):
     """Signed gateway callback. The signature is checked on the raw body before anything is parsed."""
 
     outcome_counter = metrics.PAYMENT_WEBHOOK_EVENTS
@@ -257,7 +202,7 @@ class PaymentWebhookApi(OutcomeCountingMixin, APIView):
         return Response({"status": outcome, "event_id": event["event_id"]})
 
 
-class PaymentPageApi(APIView):
+class PaymentPageApi(ApiView):
     """``payment_url`` with Midtrans: the buyer's browser follows the signed link here and is sent on to the order's
     Snap page, created on the first visit (``payments.sessions.payment_session_open``)."""
 
@@ -270,7 +215,7 @@ class PaymentPageApi(APIView):
         return HttpResponseRedirect(sessions.payment_session_open(order_id=order_id, customer_id=customer_id))
 
 
-class MidtransNotificationApi(OutcomeCountingMixin, APIView):
+class MidtransNotificationApi(OutcomeCountingMixin, ApiView):
     """Midtrans's HTTP notification: verified by its ``signature_key`` and confirmed with the status API before
     anything changes (``payments.sessions.notification_apply``). Counted with the webhook's events."""
 

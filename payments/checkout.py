@@ -22,7 +22,9 @@ unkeyed checkout that has written nothing yet (steps 3 to 5 unless an admission 
 ``sale_ended``, whose statement wrote no row) ends with COMMIT instead (``skincare.db.atomic_refusals_commit``):
 
 1. in the view: a cart's id (404), the ``Idempotency-Key`` header and the body's shape (400), then the rate limit
-   (429, counted in its own transaction);
+   (429, counted in its own transaction); an unkeyed ``POST /v1/checkout`` makes steps 3 and 4 first, before the
+   rate limit (:func:`checkout_quantities`): a refusal that takes nothing and asks the database nothing is not
+   counted;
 2. a keyed checkout's key (``payments.idempotency.replay``: 422 ``idempotency_key_reused``, 409 in progress), then
    a cart's claim (404, 409 ``cart_checked_out``, 410 ``cart_expired``);
 3. more than ``CHECKOUT_MAX_QTY`` units of a product (400, :func:`merge_quantities`);
@@ -182,9 +184,15 @@ def checkout(*, customer: User, items: Iterable[tuple[int, int]]) -> OrderView:
     TooManyPendingOrders, SaleNotStarted (409), SaleEnded (410); ``retry_transient`` turns lock timeouts into
     ServiceBusy (503).
     """
+    return checkout_transaction(customer=customer, items=checkout_quantities(items).items())
+
+
+def checkout_quantities(items: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Steps 3 and 4 of the module docstring's checks, which make no statement: the items merged per product
+    (:func:`merge_quantities`), and a product remembered sold out refused (:func:`refuse_remembered_short`)."""
     quantities = merge_quantities(items)
     refuse_remembered_short(quantities)
-    return checkout_transaction(customer=customer, items=quantities.items())
+    return quantities
 
 
 @retry_transient

@@ -7,7 +7,6 @@ from typing import Any
 from django.http import HttpRequest
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from orders import schemas, selectors, services
 from orders.exceptions import OrderNotFound
@@ -15,6 +14,7 @@ from orders.selectors import OrderView
 from payments import sessions
 from payments.sessions import payment_url
 from skincare.api import authenticated_customer
+from skincare.apiview import ApiView
 
 
 def order_data(request: HttpRequest, order: OrderView) -> dict[str, Any]:
@@ -23,7 +23,7 @@ def order_data(request: HttpRequest, order: OrderView) -> dict[str, Any]:
     return {**order.to_json(), "payment_url": payment_url(request, order)}
 
 
-class OrderDetailApi(APIView):
+class OrderDetailApi(ApiView):
     @schemas.ORDER_DETAIL
     def get(self, request: Request, order_id: int) -> Response:
         order = selectors.order_get_for_customer(order_id=order_id, customer=authenticated_customer(request))
@@ -32,7 +32,7 @@ class OrderDetailApi(APIView):
         return Response(order_data(request, order))
 
 
-class OrderCancelApi(APIView):
+class OrderCancelApi(ApiView):
     @schemas.ORDER_CANCEL
     def post(self, request: Request, order_id: int) -> Response:
         customer = authenticated_customer(request)

@@ -1,4 +1,5 @@
-"""The checkout's rate limit (``CHECKOUT_RATE_LIMIT``): counted per customer in the view, before the checkout."""
+"""The checkout's rate limit (``CHECKOUT_RATE_LIMIT``): counted per customer in the view, before the checkout's
+transaction (an unkeyed checkout that the sold-out memory refuses is answered before it, uncounted)."""
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -10,7 +11,9 @@ from skincare.validation import parse_rate
 
 def checkout_rate_limit(*, customer: User) -> None:
     """Count this checkout against CHECKOUT_RATE_LIMIT (off when empty): one upsert in its own transaction, so it
-    counts even when the checkout is then refused (a bot hammering a sold-out product is limited too)."""
+    counts even when the checkout is then refused (a bot hammering a sold-out product is limited too: every attempt
+    that reaches the database counts; one the sold-out memory refuses takes nothing, asks nothing and is not
+    counted)."""
     rate = parse_rate(settings.CHECKOUT_RATE_LIMIT)
     if rate is None:
         return

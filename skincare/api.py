@@ -5,6 +5,7 @@ Domain errors declare their own status, code, fields and headers (``skincare.err
 imports nothing from the apps.
 """
 
+import json
 import logging
 import re
 import sys
@@ -18,10 +19,13 @@ from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import parsers, renderers
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.compat import LONG_SEPARATORS, SHORT_SEPARATORS
 from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.utils import json as drf_json
 
 from skincare import metrics
 from skincare.db import is_busy, is_connection_failure, sqlstate
@@ -83,17 +87,6 @@ def bearer_token_user(meta: Mapping[str, Any]) -> User | None:
     return user
 
 
-def bearer_customer(request: HttpRequest) -> User:
-    """The customer of a request to a view that answers without DRF's dispatch, decided as DRF decides it with
-    :class:`BearerTokenAuthentication` and ``IsAuthenticated``: NotAuthenticated (401) without Bearer credentials,
-    AuthenticationFailed (401) for a bad token. Sets ``request.user`` as DRF does (the access line's customer)."""
-    user = bearer_token_user(request.META)
-    if user is None:
-        raise drf_exceptions.NotAuthenticated()
-    request.user = user
-    return user
-
-
 def json_depth_exceeds(data: Any, limit: int) -> bool:
     """Whether parsed JSON nests deeper than ``limit`` (walked without recursion)."""
     stack = [(data, 1)]
@@ -113,37 +106,70 @@ def json_depth_exceeds(data: Any, limit: int) -> bool:
 
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, plus: a body nested so deep that Python's parser runs out of recursion
-    (``RecursionError``, not a ``ValueError``) or deeper than ``MAX_JSON_DEPTH`` is a 400, not a 500."""
+    (``RecursionError``, not a ``ValueError``) or deeper than ``MAX_JSON_DEPTH`` is a 400, not a 500. The body is
+    decoded in one call rather than through a stream reader (DRF's own parser): the same text, the same errors."""
 
     def parse(
         self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
     ) -> Any:
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            data = super().parse(stream, media_type, parser_context)
+            text = stream.read().decode(encoding)
+            data = json.loads(text, parse_constant=drf_json.strict_constant if self.strict else None)
         except RecursionError:
             raise drf_exceptions.ParseError("JSON nested too deeply.") from None
-        if json_depth_exceeds(data, MAX_JSON_DEPTH):
+        except ValueError as exc:
+            raise drf_exceptions.ParseError(f"JSON parse error - {exc}") from None
+        # Each level of nesting opens with its own bracket: a text with no more brackets than the limit (counted in
+        # C) cannot nest deeper, so only a body with more is walked.
+        if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth_exceeds(data, MAX_JSON_DEPTH):
             raise drf_exceptions.ParseError("JSON nested too deeply.")
         return data
 
 
 class JSONRenderer(renderers.JSONRenderer):
     """DRF's JSON renderer, never indented: the ``Accept`` header is not read (:class:`JsonOnlyNegotiation`), so
-    there is no ``indent=`` parameter to parse out of it on every response."""
+    there is no ``indent=`` parameter to parse out of it on every response; one encoder, made once, writes every
+    body (DRF's renderer makes one per response), in the same bytes."""
 
     def get_indent(self, accepted_media_type: str, renderer_context: Mapping[str, Any]) -> None:
         return None
 
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Mapping[str, Any] | None = None
+    ) -> bytes:
+        if data is None:
+            return b""
+        text = _ENCODER.encode(data)
+        return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+
+
+# The encoder DRF's renderer would make for every response, with the renderer's settings (compact, not ASCII-escaped,
+# no NaN): a JSONEncoder keeps no state between calls.
+_ENCODER = JSONRenderer.encoder_class(
+    ensure_ascii=JSONRenderer.ensure_ascii,
+    allow_nan=not JSONRenderer.strict,
+    separators=SHORT_SEPARATORS if JSONRenderer.compact else LONG_SEPARATORS,
+)
+
 
 class JsonOnlyNegotiation(DefaultContentNegotiation):
     """Every API response is JSON, so the ``Accept`` header is not parsed (0.05 ms per request). Request bodies are
-    still matched against the parsers by ``Content-Type`` (an unsupported one is a 415)."""
+    still matched against the parsers by ``Content-Type`` (an unsupported one is a 415); a ``Content-Type`` that is
+    exactly a parser's media type is that parser without parsing the header."""
 
     def select_renderer(
         self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
     ) -> tuple[BaseRenderer, str]:
         renderer = next(iter(renderers))
         return renderer, renderer.media_type
+
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
+        content_type = request.content_type
+        for parser in parsers:
+            if parser.media_type == content_type:
+                return parser
+        return super().select_parser(request, parsers)
 
 
 def authenticated_customer(request: Request) -> User:

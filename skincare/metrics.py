@@ -257,8 +257,7 @@ class OutcomeCountingMixin:
         return response
 
     def count_answer(self, started: float, outcome: object) -> None:
-        """Count one answer with ``outcome``, timed from ``started`` (``time.perf_counter()``): for an answer given
-        without DRF's dispatch too."""
+        """Count one answer with ``outcome``, timed from ``started`` (``time.perf_counter()``)."""
         if self.latency_histogram is not None:
             self.latency_histogram.observe(time.perf_counter() - started)
         self.outcome_counter.labels(outcome=bounded(outcome, self.allowed_outcomes)).inc()

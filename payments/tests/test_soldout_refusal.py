@@ -1,6 +1,7 @@
 """``POST /v1/checkout`` for a product this worker remembers sold out (``inventory.soldout``): refused before the
 checkout's transaction, with the answer the database's refusal gives, after every check that comes before the memory
-(authentication, the body, the rate limit, too many units); a keyed checkout never answered from the memory."""
+(authentication, the body, too many units) and before the rate limit counts it; a keyed checkout never answered from
+the memory."""
 
 import json
 
@@ -9,7 +10,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from payments import api as api_module
 from payments import checkout
 from skincare import metrics
 
@@ -75,8 +75,8 @@ def test_a_remembered_sold_out_product_is_refused_before_the_transaction_with_th
 
 
 def test_every_check_before_the_memory_still_answers_first(memory_on, api, make_product, settings):
-    """The module docstring's order (payments/checkout.py): authentication, the body, the rate limit and too many
-    units of a product are answered before a product remembered sold out is refused."""
+    """The module docstring's order (payments/checkout.py): authentication, the body and too many units of a
+    product are answered before a product remembered sold out is refused; the rate limit after it."""
     sold_out = make_product(stock=0)
     assert buy(api, sold_out.pk).status_code == 409  # remembered now
     assert buy(api, sold_out.pk).status_code == 409  # control: from the memory
@@ -89,9 +89,44 @@ def test_every_check_before_the_memory_still_answers_first(memory_on, api, make_
     too_many = buy(api, sold_out.pk, qty=settings.CHECKOUT_MAX_QTY + 1)
     assert (too_many.status_code, too_many.json()["code"]) == (400, "invalid_request")
     assert buy(api, sold_out.pk, HTTP_IDEMPOTENCY_KEY="").status_code == 400
+    anonymous = APIClient()
+    items = lambda *pairs: {"items": [{"product_id": pid, "qty": qty} for pid, qty in pairs]}  # noqa: E731
+    refused_first = [  # each refused by a check before the memory, in the bytes it has always been answered in
+        (anonymous, items((sold_out.pk, 1)), {}, 401, b'{"error":"Authentication credentials were not provided.",'),
+        (stranger, items((sold_out.pk, 1)), {}, 401, b'{"error":"Invalid, expired or revoked token.",'),
+        (api, items((sold_out.pk, 0)), {}, 400, b'{"error":"Some items are invalid.","code":"invalid_request",'),
+        (
+            api,
+            items((sold_out.pk, settings.CHECKOUT_MAX_QTY), (sold_out.pk, 1)),
+            {},
+            400,
+            f'{{"error":"At most {settings.CHECKOUT_MAX_QTY} units of one product per order.","code":"invalid_request",'
+            f'"fields":{{"items":["product {sold_out.pk}: {settings.CHECKOUT_MAX_QTY + 1} units"]}}}}'.encode(),
+        ),
+        (api, {"items": []}, {}, 400, b'{"error":"`items` must be a non-empty list.","code":"invalid_request",'),
+        (api, items((sold_out.pk, 1)), {"HTTP_IDEMPOTENCY_KEY": ""}, 400, b'{"error":"Idempotency-Key must be 1 to'),
+        (api, b'{"items": [', {}, 400, b'{"error":"Request body is not valid JSON.","code":"malformed_json"}'),
+        (api, b"", {}, 400, b'{"error":"`items` is required.","code":"invalid_request",'),
+        (api, json.dumps(items((sold_out.pk, 1))).encode(), {"content_type": "text/plain"}, 415, b'{"error":'),
+    ]
+    for client, body, extra, status, content in refused_first:
+        if isinstance(body, bytes):
+            kwargs = {"content_type": "application/json", **extra}  # as a client sends raw bytes
+            response = client.generic("POST", "/v1/checkout", body, **kwargs)
+        else:
+            response = client.post("/v1/checkout", body, format="json", **extra)
+        assert (response.status_code, response["Content-Type"]) == (status, "application/json"), response.content
+        assert response.content.startswith(content), response.content
+        assert response["Allow"] == "POST, OPTIONS"
+        if status == 401:
+            assert response["WWW-Authenticate"] == 'Bearer realm="api"'
+
     settings.CHECKOUT_RATE_LIMIT = "1/hour"
-    assert buy(api, sold_out.pk).status_code == 409  # the first within the limit: counted, then refused
-    assert buy(api, sold_out.pk).status_code == 429
+    assert buy(api, sold_out.pk).status_code == 409  # from the memory: not counted
+    in_stock = make_product(stock=5)
+    assert buy(api, in_stock.pk).status_code == 201  # the first within the limit
+    assert buy(api, in_stock.pk).status_code == 429  # control: the limit holds
+    assert buy(api, sold_out.pk).status_code == 409  # the memory answers before the count, over the limit too
 
 
 def test_a_keyed_replay_of_a_bought_key_gets_its_201_while_the_product_is_remembered_sold_out(
@@ -117,89 +152,44 @@ def test_a_keyed_replay_of_a_bought_key_gets_its_201_while_the_product_is_rememb
     assert again["Idempotent-Replayed"] == "true"
 
 
-# --- answered before DRF's dispatch (payments.api.remembered_sold_out) ------------------------------------------
+# --- with the rate limit on ----------------------------------------------------------------------------------
 
 
-def same_answer(fast, drf):
-    """The same status, body bytes and headers (but the request id, which is each request's own)."""
-    assert (fast.status_code, fast.content) == (drf.status_code, drf.content)
-    headers = {name: value for name, value in fast.items() if name != "X-Request-ID"}
-    assert headers == {name: value for name, value in drf.items() if name != "X-Request-ID"}
+def rate_limit_hits(customer_id):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(hits), 0) FROM rate_limit_counters WHERE scope = 'checkout' AND subject = %s",
+            [str(customer_id)],
+        )
+        return cursor.fetchone()[0]
 
 
-@pytest.fixture
-def posts(monkeypatch):
-    """The requests that reached the view's ``post`` through DRF's dispatch."""
-    seen = []
-    post = api_module.CheckoutApi.post
-
-    def recording(self, request, *args, **kwargs):
-        seen.append(request.method)
-        return post(self, request, *args, **kwargs)
-
-    monkeypatch.setattr(api_module.CheckoutApi, "post", recording)
-    return seen
-
-
-def test_a_remembered_refusal_answered_before_drfs_dispatch_is_drfs_answer_byte_for_byte(
-    memory_on, api, make_product, monkeypatch, posts, settings
+def test_a_remembered_refusal_is_not_counted_and_asks_nothing_with_the_rate_limit_on(
+    memory_on, api, customer, make_product, settings, transactions
 ):
-    """Each request is sent twice: answered by remembered_sold_out, then with it off (DRF's dispatch answers every
-    request): the same status, bytes and headers, whether the memory refuses it or any check before refuses it."""
-    sold_out, other_sold_out, in_stock = make_product(stock=0), make_product(stock=0), make_product(stock=5)
-    for product in (sold_out, other_sold_out):
-        assert buy(api, product.pk).status_code == 409  # remembered now
-    del posts[:]
-    anonymous, stranger = APIClient(), APIClient()
-    stranger.credentials(HTTP_AUTHORIZATION="Bearer not-a-token")
-    items = lambda *pairs: {"items": [{"product_id": pid, "qty": qty} for pid, qty in pairs]}  # noqa: E731
-    remembered = [  # (body, status): refused by the memory
-        (items((sold_out.pk, 1)), 409),
-        (items((other_sold_out.pk, 2), (sold_out.pk, 1)), 409),  # both, ascending ids
-        (items((sold_out.pk, 1), (sold_out.pk, 1)), 409),  # one product listed twice
-        (items((in_stock.pk, 1), (sold_out.pk, 3)), 409),  # one of them remembered is enough
-    ]
-    for body, status in remembered:
-        before = (counted("stock_conflict"), metrics.CHECKOUT_LATENCY._sum.get())
-        fast = api.post("/v1/checkout", body, format="json")
-        assert counted("stock_conflict") == before[0] + 1  # counted and timed on /metrics like any answer
-        assert metrics.CHECKOUT_LATENCY._sum.get() > before[1]
-        with monkeypatch.context() as off:
-            off.setattr(api_module, "remembered_sold_out", lambda request: None)
-            drf = api.post("/v1/checkout", body, format="json")
-        assert fast.status_code == status
-        same_answer(fast, drf)
-    assert len(posts) == len(remembered)  # control: only the requests with the memory off reached DRF's view
+    """With ``CHECKOUT_RATE_LIMIT`` on (production's choice) a remembered sold-out refusal makes no statement: the
+    sold-out memory is asked before the limit counts, so the refusal takes nothing and is not counted; the same
+    status, bytes and headers as the database's refusal."""
+    settings.CHECKOUT_RATE_LIMIT = "3/hour"
+    sold_out = make_product(stock=0)
+    decided_by_database = buy(api, sold_out.pk)  # counted (1), then refused by the quote read: remembered now
+    assert (decided_by_database.status_code, decided_by_database.json()["code"]) == (409, "stock_conflict")
+    assert rate_limit_hits(customer.pk) == 1
+    before = counted("stock_conflict")
 
-    refused_first = [  # each refused by a check before the memory: DRF's dispatch answers both
-        (anonymous, items((sold_out.pk, 1)), {}, 401),
-        (stranger, items((sold_out.pk, 1)), {}, 401),
-        (api, items((sold_out.pk, 0)), {}, 400),
-        (api, items((sold_out.pk, settings.CHECKOUT_MAX_QTY), (sold_out.pk, 1)), {}, 400),
-        (api, {"items": []}, {}, 400),
-        (api, items((sold_out.pk, 1)), {"HTTP_IDEMPOTENCY_KEY": ""}, 400),
-        (api, b'{"items": [', {}, 400),
-        (api, b"", {}, 400),
-        (api, json.dumps(items((sold_out.pk, 1))).encode(), {"content_type": "text/plain"}, 415),
-    ]
-    for client, body, extra, status in refused_first:
-        answers = []
-        for _ in range(2):  # with remembered_sold_out, then without it
-            with monkeypatch.context() as off:
-                if answers:
-                    off.setattr(api_module, "remembered_sold_out", lambda request: None)
-                if isinstance(body, bytes):
-                    kwargs = {"content_type": "application/json", **extra}  # as a client sends raw bytes
-                    answers.append(client.generic("POST", "/v1/checkout", body, **kwargs))
-                else:
-                    answers.append(client.post("/v1/checkout", body, format="json", **extra))
-        assert answers[0].status_code == status, answers[0].content
-        same_answer(*answers)
+    for _ in range(5):  # more than the limit
+        with CaptureQueriesContext(connection) as captured:
+            from_memory = buy(api, sold_out.pk)
+        assert statements(captured) == []
+        assert answer(from_memory) == answer(decided_by_database)
+        headers = {name: value for name, value in from_memory.items() if name != "X-Request-ID"}
+        assert headers == {name: value for name, value in decided_by_database.items() if name != "X-Request-ID"}
+        assert from_memory["Allow"] == "POST, OPTIONS"
+    assert counted("stock_conflict") == before + 5  # counted on /metrics like any answer
+    assert rate_limit_hits(customer.pk) == 1  # not counted against the limit
+    assert len(transactions) == 1
 
-    del posts[:]
-    charset = api.generic(
-        "POST", "/v1/checkout", json.dumps(items((sold_out.pk, 1))), content_type="application/json; charset=utf-8"
-    )
-    assert charset.status_code == 409  # another Content-Type is DRF's parser's: refused from the memory there
-    assert buy(api, in_stock.pk).status_code == 201  # control: a product not remembered is checked out
-    assert len(posts) == 2  # both through DRF's dispatch
+    in_stock = make_product(stock=5)  # control: every checkout that reaches the database counts
+    assert [buy(api, in_stock.pk).status_code for _ in range(3)] == [201, 201, 429]
+    assert rate_limit_hits(customer.pk) == 4
+    assert len(transactions) == 3

@@ -1,0 +1,57 @@
+"""The one view class of the API (``ApiView``): DRF's dispatch, with nothing built twice.
+
+Kept apart from ``skincare.api``, which DRF's settings name (importing DRF's views from there would import those
+settings' classes while their module loads)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.parsers import BaseParser
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import BaseRenderer
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+
+class ApiView(APIView):
+    """Every endpoint's view: DRF's ``APIView``, its dispatch as it is, with what it builds again on each request
+    made once per view class instead: the renderer, parser, authentication, permission and throttle instances (none
+    keeps state between requests) and the ``Allow`` header. The per-request work left is the request's own: its
+    authentication, its body, the view, the answer."""
+
+    def get_renderers(self) -> list[BaseRenderer]:
+        return _instances(self.renderer_classes)
+
+    def get_parsers(self) -> list[BaseParser]:
+        return _instances(self.parser_classes)
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        return _instances(self.authentication_classes)
+
+    def get_permissions(self) -> list[BasePermission]:
+        return _instances(self.permission_classes)
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return _instances(self.throttle_classes)
+
+    @property
+    def default_response_headers(self) -> dict[str, str]:
+        cls = type(self)
+        headers = _HEADERS.get(cls)
+        if headers is None:
+            headers = _HEADERS[cls] = super().default_response_headers
+        return dict(headers)
+
+
+# Each list of classes a view names (by identity: the list itself is kept, so its id is never reused), with one
+# instance of each; and each view class's default headers.
+_INSTANCES: dict[int, tuple[Sequence[Any], list[Any]]] = {}
+_HEADERS: dict[type, dict[str, str]] = {}
+
+
+def _instances(classes: Sequence[Any]) -> list[Any]:
+    cached = _INSTANCES.get(id(classes))
+    if cached is None or cached[0] is not classes:
+        cached = _INSTANCES[id(classes)] = (classes, [cls() for cls in classes])
+    return cached[1]
