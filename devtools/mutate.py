@@ -119,7 +119,7 @@ MUTATIONS = [
     Mutation(
         "stale-k-refuses",
         "a checkout that read K = 1 refuses when bucket 0 is short, without looking for the rows K was raised to since",
-        "inventory/strategies.py",
+        "inventory/reserve.py",
         "has_other_stock_rows",
         "return StockBucket.objects.filter(product_id=product_id).exclude(bucket=0).exists()",
         "return False",
@@ -324,11 +324,23 @@ MUTATIONS = [
     Mutation(
         "nowait-waits",
         "row_lock_nowait products wait for the row instead of answering lock_busy",
-        "inventory/strategies.py",
+        "inventory/reserve.py",
         "lock_rows",
         "select_for_update(no_key=True, nowait=nowait)",
         "select_for_update(no_key=True, nowait=False)",
         ("inventory/tests/test_strategies.py::test_nowait_answers_lock_busy_at_once_while_the_row_is_held",),
+    ),
+    Mutation(
+        "shared-lock-waits",
+        "a multi-product order of one-row products locks its rows waiting, though one of them is row_lock_nowait",
+        "inventory/plan.py",
+        "_rows_together",
+        "nowait = any(strategy_of(line).nowait for line in lines)",
+        "nowait = False",
+        (
+            "inventory/tests/test_plan.py::"
+            "test_several_one_row_products_are_locked_together_first_ascending_whatever_their_strategies",
+        ),
     ),
     Mutation(
         "serializable-not-escalated",
@@ -342,10 +354,10 @@ MUTATIONS = [
     Mutation(
         "optimistic-no-version",
         "the optimistic update forgets to compare the version it read",
-        "inventory/strategies.py",
-        "Optimistic.checks_version",
-        "return line.version is not None",
-        "return False",
+        "inventory/plan.py",
+        "_update",
+        "at_version = strategy_of(line).checks_version and line.version is not None",
+        "at_version = False",
         (
             "inventory/tests/test_strategies.py::test_optimistic_gives_up_after_its_bound_when_the_version_keeps_changing",
         ),

@@ -1,21 +1,26 @@
 """A checkout's reservations: units move from available to reserved (:func:`stock_reserve`), and back
 (:func:`stock_release`) or out of the shop (:func:`stock_consume`) when the reservation ends.
 
-Each product of an order is reserved one of four ways (docs/strategies.md), in ascending product id:
+:func:`stock_reserve` runs a plan made without the database (``inventory.plan``). Its concepts:
 
-* **one row**: the product's strategy (``inventory.strategies``: a row lock, an advisory key, a version check, or
-  nothing), then :data:`RESERVE_SQL` on bucket 0, the guarded update every strategy ends with; several one-row
-  products lock their rows together first;
-* **a bucket claim** (a bucketed product, K > 1): :data:`CLAIM_BUCKET_SQL`, a free bucket, ``SKIP LOCKED``;
-* **a waiting claim**: :data:`CLAIM_WAITING_SQL`, waiting for the order's bucket, up to :data:`WAITING_PASSES`
-  times;
-* **the full pass**: every stock row of the product in bucket order, refused only when their total is short (a
-  bucketed product whose claims found nothing, or a product whose bucket 0 is short while it has other rows).
+1. **the lines**: each product of the order, its quantity, and what the checkout's quote read about it (its
+   strategy, version, bucket count K and stock rows);
+2. **the plan**: the advisory keys, then the steps in ascending product id (``inventory.plan.plan_reservation``,
+   which reads the strategies as data, ``inventory.strategies``);
+3. **the advisory keys** of ``advisory`` products (lock order step 7), taken first;
+4. **a lock step**: bucket-0 rows locked in one statement (:func:`lock_rows`), the short ones refused;
+5. **the reserve statement**: every reservation is one statement built from :data:`_RESERVE_TEMPLATE`, the guarded
+   UPDATE of one stock row, its reserve ledger row, and the bucket it took named on the reservation: on bucket 0
+   (:data:`RESERVE_SQL`, :data:`RESERVE_AT_VERSION_SQL`), or a bucketed product's claims (:data:`CLAIM_BUCKET_SQL`,
+   :data:`CLAIM_WAITING_SQL`);
+6. **the full pass** (:func:`_reserve_from_all`): every stock row of the product in bucket order, refused only when
+   their total is short;
+7. **bucket 0 short** (:func:`_bucket_0_short`, the one place that asks whether K was raised since the quote read):
+   a refusal, or, when the product has other stock rows now, the full pass or a run of the transaction again;
+8. **a restart** (``skincare.db.RestartTransaction``): the transaction runs again from the start, with a fresh quote.
 
-Every reservation is made by one statement built from :data:`_RESERVE_TEMPLATE`: the guarded UPDATE of one stock
-row, its reserve ledger row, and the bucket it took named on the reservation. Release and consumption take the units
-from the bucket the reservation names (:class:`ReservedUnits`); a reservation without one, or whose bucket does not
-hold its units, is :class:`InventoryCorrupted`.
+Release and consumption take the units from the bucket the reservation names (:class:`ReservedUnits`); a
+reservation without one, or whose bucket does not hold its units, is :class:`InventoryCorrupted`.
 
 Stock rows are lock order step 8 (docs/locking.md), advisory keys step 7. These functions run inside the caller's
 transaction with ``savepoint=False``: no SAVEPOINT/RELEASE round trips, and a failure aborts the whole transaction.
@@ -24,14 +29,16 @@ transaction with ``savepoint=False``: no SAVEPOINT/RELEASE round trips, and a fa
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from django.db import connection, transaction
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
 from django.db.models import F
 
-from inventory import soldout, strategies
+from inventory import soldout
 from inventory.buckets import LedgerRow, guarded_update, ledger_append, lock_all_buckets, move_between_buckets, spread
-from inventory.exceptions import InventoryCorrupted, StockConflict
-from inventory.models import InventoryStrategy, StockMovement
-from inventory.strategies import Strategy, strategy_of
+from inventory.exceptions import InventoryCorrupted, LockBusy, StockConflict
+from inventory.models import StockBucket, StockMovement
+from inventory.plan import Claim, LockRows, Reserve, ReserveLine, Statement, plan_reservation
+from skincare.db import RestartTransaction, sqlstate
 from skincare.locks import advisory_xact_lock, require_transaction
 
 Reason = StockMovement.Reason
@@ -103,22 +110,6 @@ SELECT bucket FROM stock_buckets
 """
 CLAIM_BUCKET_SQL = _reserve_statement(pick=_CLAIM_PICK.format(lock="\n       FOR NO KEY UPDATE SKIP LOCKED"))
 CLAIM_WAITING_SQL = _reserve_statement(pick=_CLAIM_PICK.format(lock=""))
-# Waiting claims of a bucketed product before the full pass (each one waits for one bucket at most).
-WAITING_PASSES = 2
-
-
-class ReserveLine(NamedTuple):
-    """One product of a reservation, with what the checkout read about it: ``strategy``, the ``version`` seen (the
-    sum over the product's stock rows: bucket 0's own version when it is the only row; used by an optimistic
-    product), ``bucket_count`` (K, the buckets it sells from) and ``stock_rows`` (its stock rows; more than K while
-    rows left by a lowered K still hold units)."""
-
-    product_id: int
-    qty: int
-    strategy: str = InventoryStrategy.GUARDED_UPDATE
-    version: int | None = None
-    bucket_count: int = 1
-    stock_rows: int = 1
 
 
 def _reserve_in(sql: str, line: ReserveLine, *, order_id: int, **params: Any) -> int | None:
@@ -131,73 +122,86 @@ def _reserve_in(sql: str, line: ReserveLine, *, order_id: int, **params: Any) ->
 
 @transaction.atomic(savepoint=False)
 def stock_reserve(*, order_id: int, lines: Sequence[ReserveLine]) -> None:
-    """Move units from available to reserved for ``order_id``, one :class:`ReserveLine` per product (ascending id):
-    the advisory keys its strategies take first, then each product by one row (:func:`_reserve_one_row`), or by a
-    bucket claim, a waiting claim and the full pass (:func:`_reserve_bucketed`). Several products with one stock row
-    each are locked together first (:func:`_reserve_rows_together`). Only a one-product order checks a version.
-
-    Each reserve statement writes its reserve ledger row and names the bucket on the reservation (see
-    :data:`_RESERVE_TEMPLATE`), so the stock row locks are taken by the last statements before COMMIT. Raises
-    :class:`StockConflict` naming the product that is short; the caller's transaction then rolls back.
-    """
+    """Move units from available to reserved for ``order_id``, one :class:`ReserveLine` per product: the plan
+    (``inventory.plan.plan_reservation``), run step by step. The stock row locks are taken by the last statements
+    before COMMIT. Raises :class:`StockConflict` naming the products that are short (the caller's transaction then
+    rolls back), or ``RestartTransaction`` when the whole transaction must run again."""
     require_transaction()
-    lines = sorted(lines)
-    advisory = [line.product_id for line in lines if strategy_of(line).advisory_key]
-    if advisory:
-        advisory_xact_lock(space="inventory_product", idents=advisory)
-    if len(lines) > 1:
-        lines = [line._replace(version=None) for line in lines]
-        if all(line.bucket_count == 1 and line.stock_rows == 1 for line in lines):
-            _reserve_rows_together(lines, order_id=order_id)
-            return
-    for line in lines:
-        if line.bucket_count > 1:
-            _reserve_bucketed(line, order_id=order_id)
+    plan = plan_reservation(lines)
+    if plan.advisory_keys:
+        advisory_xact_lock(space="inventory_product", idents=plan.advisory_keys)
+    for step in plan.steps:
+        if isinstance(step, LockRows):
+            _lock_bucket_0(step, order_id=order_id)
+        elif isinstance(step, Reserve):
+            _reserve_bucket_0(step, order_id=order_id)
         else:
-            _reserve_one_row(line, order_id=order_id)
+            _reserve_bucketed(step, order_id=order_id)
 
 
-def _reserve_rows_together(lines: Sequence[ReserveLine], *, order_id: int) -> None:
-    """Several products with one stock row each: every row locked first (lock order step 8; ``NOWAIT`` when one of their
-    strategies says so), so that no two checkouts each hold one row the other needs and the conflict names every
-    short product; then the guarded update of each."""
-    nowait = any(strategy_of(line).nowait for line in lines)
-    strategies.refuse_short(
-        lines=lines, available=strategies.lock_rows(product_ids=[line.product_id for line in lines], nowait=nowait)
-    )
-    for line in lines:
-        _guarded_reserve(line, strategy_of(line), order_id=order_id)
+def _statement(statement: Statement) -> str:
+    """The SQL of a planned statement: the module's constant, read when it runs."""
+    return {
+        Statement.RESERVE: RESERVE_SQL,
+        Statement.RESERVE_AT_VERSION: RESERVE_AT_VERSION_SQL,
+        Statement.CLAIM_BUCKET: CLAIM_BUCKET_SQL,
+        Statement.CLAIM_WAITING: CLAIM_WAITING_SQL,
+    }[statement]
 
 
-def _reserve_one_row(line: ReserveLine, *, order_id: int) -> None:
-    """One row: the product's strategy's step (``inventory.strategies``), then its guarded update. For the strategies
-    without a step the guarded update is the whole protection: it takes the row lock and re-checks the stock (and a
-    version, when checked) under it."""
-    strategy = strategy_of(line)
-    strategy.before_update(line)
-    _guarded_reserve(line, strategy, order_id=order_id)
+def _lock_bucket_0(step: LockRows, *, order_id: int) -> None:
+    """A lock step: the rows locked (:func:`lock_rows`), then the lines to refuse whose locked row is short."""
+    available = lock_rows(product_ids=list(step.product_ids), nowait=step.nowait)
+    short = [line for line in step.refuse if available.get(line.product_id, 0) < line.qty]
+    if short:
+        at_most = {line.product_id: available.get(line.product_id, 0) for line in short}
+        _bucket_0_short(short, available_at_most=at_most, order_id=order_id, full_pass=False)
 
 
-def _guarded_reserve(line: ReserveLine, strategy: Strategy, *, order_id: int) -> None:
-    """The step every strategy ends with: the reserve statement on bucket 0 (at the version seen, when the strategy
-    checks it). A product with more stock rows than bucket 0 (its K was lowered, or raised since the quote read) is
-    refused only after the full pass."""
-    if strategy.checks_version(line):
-        taken = _reserve_in(RESERVE_AT_VERSION_SQL, line, order_id=order_id, bucket=0, version=line.version)
-    else:
-        taken = _reserve_in(RESERVE_SQL, line, order_id=order_id, bucket=0)
-    if taken is not None:
+def _reserve_bucket_0(step: Reserve, *, order_id: int) -> None:
+    """The guarded update on bucket 0 (at the version seen, when planned so). For the strategies without a lock step
+    it is the whole protection: it takes the row lock and re-checks the stock (and the version) under it."""
+    line = step.line
+    params: dict[str, Any] = {"bucket": 0}
+    if step.statement is Statement.RESERVE_AT_VERSION:
+        params["version"] = line.version
+    if _reserve_in(_statement(step.statement), line, order_id=order_id, **params) is not None:
         return
-    if line.stock_rows == 1:
-        strategy.update_lost(line)  # a lost version check runs the transaction again
-    if line.stock_rows > 1 or strategies.has_other_stock_rows(line.product_id):
-        _reserve_from_all(line, order_id=order_id)
-        return
-    soldout.remember_short(line.product_id, available_at_most=line.qty - 1)
-    raise StockConflict(product_ids=[line.product_id])
+    if step.restart_when_lost:
+        # Either the stock ran out or someone changed the row since we read it: the runner tries again from the
+        # start (a fresh read decides which); after the bound the customer gets 409 stock_conflict.
+        raise RestartTransaction(
+            "optimistic version check lost",
+            give_up=StockConflict(product_ids=[line.product_id], gave_up_after=settings.INVENTORY_OPTIMISTIC_ATTEMPTS),
+            max_attempts=settings.INVENTORY_OPTIMISTIC_ATTEMPTS,
+        )
+    _bucket_0_short([line], available_at_most={line.product_id: line.qty - 1}, order_id=order_id, full_pass=True)
 
 
-def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
+def _bucket_0_short(
+    lines: Sequence[ReserveLine], *, available_at_most: dict[int, int], order_id: int, full_pass: bool
+) -> None:
+    """Bucket 0 came up short for ``lines``: the one place that asks whether the bucket count changed since the
+    quote read. A product with other stock rows (the quote counted them, or K was raised since: ops spread the units
+    while the sale runs, and they are in the new rows, not gone) is not refused: after an update (``full_pass``)
+    the full pass takes its rows now; after a lock step the transaction runs again, and its fresh quote sends the
+    product through the full pass (locking its other rows now would break the lock order: we hold later products'
+    rows). Otherwise every line is refused, each remembered short."""
+    moved = next((line for line in lines if line.stock_rows > 1 or has_other_stock_rows(line.product_id)), None)
+    if moved is None:
+        for line in lines:
+            soldout.remember_short(line.product_id, available_at_most=available_at_most[line.product_id])
+        raise StockConflict(product_ids=[line.product_id for line in lines])
+    if not full_pass:
+        raise RestartTransaction(
+            "stock rows added since the quote read",
+            give_up=StockConflict(product_ids=[line.product_id for line in lines]),
+            max_attempts=settings.DB_TRANSIENT_RETRIES + 1,
+        )
+    _reserve_from_all(moved, order_id=order_id)
+
+
+def _reserve_bucketed(step: Claim, *, order_id: int) -> None:
     """A bucketed product (docs/strategies.md#stock-buckets): a bucket claim (a free bucket without waiting, the
     order's own first); else a waiting claim (the order's bucket, or the next one round the ring with the units);
     else the full pass, which refuses only when the product really lacks them.
@@ -208,12 +212,39 @@ def _reserve_bucketed(line: ReserveLine, *, order_id: int) -> None:
     it, so the next claim (and the full pass, which takes the buckets in order) waits while holding no bucket of
     this product: no deadlock (docs/locking.md). The SAVEPOINT is sent before the claim, so it does not lengthen the
     time a bucket is held."""
+    line = step.line
     attempt = transaction.savepoint()
-    for sql in (CLAIM_BUCKET_SQL, *[CLAIM_WAITING_SQL] * WAITING_PASSES):
-        if _reserve_in(sql, line, order_id=order_id, bucket_count=line.bucket_count) is not None:
+    for statement in step.statements:
+        if _reserve_in(_statement(statement), line, order_id=order_id, bucket_count=line.bucket_count) is not None:
             return  # the savepoint is released by COMMIT: a RELEASE would be a round trip while the bucket is held
         transaction.savepoint_rollback(attempt)
     _reserve_from_all(line, order_id=order_id)
+
+
+def lock_rows(*, product_ids: list[int], nowait: bool) -> dict[int, int]:
+    """``SELECT … FOR NO KEY UPDATE [NOWAIT]`` of the products' bucket-0 rows, ascending (lock order step 8); returns
+    available stock by id. With NOWAIT a row that another transaction holds is :class:`LockBusy` (409) at once instead
+    of a wait."""
+    rows = (
+        StockBucket.objects.select_for_update(no_key=True, nowait=nowait)
+        .filter(product_id__in=product_ids, bucket=0)
+        .order_by("product_id")
+        .values_list("product_id", "available_stock")
+    )
+    if not nowait:
+        return dict(rows)
+    try:
+        return dict(rows)
+    except OperationalError as exc:
+        if sqlstate(exc) == "55P03":
+            raise LockBusy(product_ids=product_ids) from exc
+        raise
+
+
+def has_other_stock_rows(product_id: int) -> bool:
+    """Whether the product has stock rows besides bucket 0 now (a fresh read, no lock). Asked only when bucket 0 came
+    up short for a product the quote saw with one row (:func:`_bucket_0_short`)."""
+    return StockBucket.objects.filter(product_id=product_id).exclude(bucket=0).exists()
 
 
 def _reserve_from_all(line: ReserveLine, *, order_id: int) -> None:

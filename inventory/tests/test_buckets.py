@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from devtools.testing import ThreadRun, act_while_held, assert_invariants, run_concurrently, wait_for_lock_waiters
-from inventory import reserve, services
+from inventory import plan, reserve, services
 from inventory.admin.product_form import product_version
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory, Product, StockBucket, StockMovement
@@ -329,7 +329,7 @@ def test_when_every_bucket_with_units_is_held_the_checkout_waits_and_buys(make_p
 def test_control_without_the_fallback_a_held_bucket_is_a_false_sold_out(make_product, customer, monkeypatch):
     """The same with the refusal right after the claim (no waiting pass, no full pass): a 409 while the product
     still has its unit."""
-    monkeypatch.setattr(reserve, "WAITING_PASSES", 0)
+    monkeypatch.setattr(plan, "WAITING_PASSES", 0)
 
     def refuse(line, *, order_id):
         raise StockConflict(product_ids=[line.product_id])
@@ -381,7 +381,7 @@ def test_when_the_orders_bucket_runs_short_while_it_waits_the_claim_goes_on_to_t
 def test_control_without_the_fallback_a_bucket_that_ran_short_is_a_false_sold_out(make_product, customer, monkeypatch):
     """The same with the refusal right after the first waiting claim (no second one, no full pass): a 409 while the
     product still has a unit."""
-    monkeypatch.setattr(reserve, "WAITING_PASSES", 1)
+    monkeypatch.setattr(plan, "WAITING_PASSES", 1)
 
     def refuse(line, *, order_id):
         raise StockConflict(product_ids=[line.product_id])

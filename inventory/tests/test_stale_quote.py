@@ -5,14 +5,14 @@ more buckets while the sale runs (``stock_buckets_set``). A checkout that read K
 must look again before it refuses: a refusal there is a false sold-out (the storm test that changes K finds it by
 chance; these find it every time). Each test commits the K change from another connection right after the checkout's
 quote read, then moves bucket 0's units away, so bucket 0 is short while the product still has every unit. The
-controls take the second look out (``inventory.strategies.has_other_stock_rows`` answering no) and get the false sold-out.
+controls take the second look out (``inventory.reserve.has_other_stock_rows`` answering no) and get the false sold-out.
 """
 
 import pytest
 from django.db import connection, transaction
 
 from devtools.testing import ThreadRun, act_while_held, assert_invariants
-from inventory import buckets, reserve, services, strategies
+from inventory import buckets, reserve, services
 from inventory.exceptions import StockConflict
 from inventory.models import StockBucket
 from payments.checkout import QUOTES_SQL
@@ -81,7 +81,7 @@ def test_several_products_one_of_which_had_k_raised_after_the_quote_are_sold(mak
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("several", [False, True], ids=["one product", "several products"])
 def test_control_without_the_second_look_it_is_a_false_sold_out(make_product, customer, monkeypatch, several):
-    monkeypatch.setattr(strategies, "has_other_stock_rows", lambda product_id: False)
+    monkeypatch.setattr(reserve, "has_other_stock_rows", lambda product_id: False)
     raised, plain = make_product(stock=8), make_product(stock=8)
     items = [(raised.pk, 1), (plain.pk, 1)] if several else [(raised.pk, 1)]
     with connection.execute_wrapper(after_the_quote_read([raised.pk])), pytest.raises(StockConflict):

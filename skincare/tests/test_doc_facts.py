@@ -224,16 +224,19 @@ def test_every_bound_of_a_memory_is_a_setting() -> None:
             assert int(stated.group(1)) == default(name), (name, cell)
 
 
-def test_the_lock_order_of_a_multi_product_order_depends_on_its_stock_rows() -> None:
-    """locking.md and strategies.md say what stock_reserve does: one-row products locked together first, an order
-    with a bucketed product product by product."""
-    import inspect
+def test_the_lock_order_of_a_multi_product_order_depends_on_its_stock_rows():
+    """locking.md and strategies.md say what stock_reserve does (by its plan, ``inventory.plan``): one-row products
+    locked together first, an order with a bucketed product product by product."""
+    from inventory.plan import LockRows, ReserveLine, plan_reservation
 
-    from inventory import reserve
-
-    source = inspect.getsource(reserve.stock_reserve)
-    assert "all(line.bucket_count == 1 and line.stock_rows == 1 for line in lines)" in source
-    assert "_reserve_rows_together" in source
+    one_row = plan_reservation([ReserveLine(2, 1, "row_lock"), ReserveLine(1, 1, "guarded_update")]).steps
+    assert isinstance(one_row[0], LockRows) and one_row[0].product_ids == (1, 2)
+    assert not any(isinstance(step, LockRows) for step in one_row[1:])  # before any update
+    mixed = [ReserveLine(3, 1, "row_lock"), ReserveLine(2, 1, bucket_count=4, stock_rows=4), ReserveLine(1, 1)]
+    steps = plan_reservation(mixed).steps
+    assert [step.line.product_id for step in steps if not isinstance(step, LockRows)] == [1, 2, 3]
+    assert [step.product_ids for step in steps if isinstance(step, LockRows)] == [(3,)]  # its own, right before
+    assert isinstance(steps[-2], LockRows)
     locking = (DOCS / "locking.md").read_text()
     assert "whose products each have one stock row locks those rows in one ascending" in locking
     assert "an order with a bucketed product\ntakes its products one by one" in locking
