@@ -10,14 +10,14 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer
-from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 
 class ApiView(APIView):
     """Every endpoint's view: DRF's ``APIView``, its dispatch as it is, with what it builds again on each request
-    made once per view class instead: the renderer, parser, authentication, permission and throttle instances (none
-    keeps state between requests) and the ``Allow`` header. The per-request work left is the request's own: its
+    made once per view class instead: the renderer, parser, authentication and permission instances (none keeps
+    state of a request, so the threads of a worker share them) and the ``Allow`` header. Throttles stay DRF's, new
+    per request: a throttle keeps the request it judges (its key, its history). The per-request work left is the request's own: its
     authentication, its body, the view, the answer."""
 
     def get_renderers(self) -> list[BaseRenderer]:
@@ -31,9 +31,6 @@ class ApiView(APIView):
 
     def get_permissions(self) -> list[BasePermission]:
         return _instances(self.permission_classes)
-
-    def get_throttles(self) -> list[BaseThrottle]:
-        return _instances(self.throttle_classes)
 
     @property
     def default_response_headers(self) -> dict[str, str]:

@@ -40,18 +40,25 @@ def placed_queue(make_customer, make_product) -> int:
 
 
 def read_at_once(product_id: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[object]]:
-    """THREADS threads ask for the old counters at the same moment: (the reads made, what each thread got)."""
-    inside = threading.Barrier(2, timeout=3)  # met only by two reads running at once
+    """THREADS threads ask for the old counters at the same moment: (the reads made, what each thread got). A read
+    that has worked out which placements it lacks waits there until a second read has too (they meet only when two
+    reads run at once; one read alone goes on after the barrier's timeout)."""
+    inside = threading.Barrier(2, timeout=3)
     reads = []
-    real = counters._counters_read
+    real_read, real_wanted = counters._counters_read, counters.Placements.wanted
 
-    def meeting_read() -> None:
+    def counted_read() -> None:
         reads.append(threading.get_ident())
+        real_read()
+
+    def meeting_wanted(self, queue_counters):
+        wanted = real_wanted(self, queue_counters)
         with contextlib.suppress(threading.BrokenBarrierError):
             inside.wait()
-        real()
+        return wanted
 
-    monkeypatch.setattr(counters, "_counters_read", meeting_read)
+    monkeypatch.setattr(counters, "_counters_read", counted_read)
+    monkeypatch.setattr(counters.Placements, "wanted", meeting_wanted)
     start = threading.Barrier(THREADS)
     got: list[object] = [None] * THREADS
 
@@ -59,7 +66,7 @@ def read_at_once(product_id: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int,
         try:
             start.wait(timeout=30)
             got[i] = counters.queue_counters(product_id=product_id)
-        except Exception as exc:
+        except Exception as exc:  # what a request would have answered 500 with
             got[i] = exc
         finally:
             connection.close()
@@ -70,8 +77,16 @@ def read_at_once(product_id: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int,
     for thread in threads:
         thread.join(timeout=60)
     assert not any(t.is_alive() for t in threads)
-    monkeypatch.setattr(counters, "_counters_read", real)
+    monkeypatch.setattr(counters, "_counters_read", real_read)
+    monkeypatch.setattr(counters.Placements, "wanted", real_wanted)
     return len(reads), got
+
+
+@pytest.fixture(autouse=True)
+def counters_stay_fresh(settings):
+    """Counters once read stay fresh through the test (a read held at the barrier is not old when it ends): only
+    ``queue_counters_forget`` makes them old."""
+    settings.QUEUE_COUNTERS_MAX_AGE_SECONDS = 3600
 
 
 def test_the_threads_of_a_process_read_the_old_counters_once(make_customer, make_product, monkeypatch):
