@@ -3,14 +3,16 @@ function and turns its domain errors into a message on the same form (409; 503 w
 rows stayed locked past the lock timeout, e.g. by checkouts in a sale) or a 404."""
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.contrib import messages
+from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.safestring import SafeString
 
 from inventory import services
 from inventory.exceptions import ProductNotFound, StaleStockVersion, StockWouldGoNegative
@@ -18,8 +20,15 @@ from inventory.forms import AdjustStockForm, SetCountedStockForm
 from inventory.models import Inventory
 from skincare.errors import ServiceBusy
 
-if TYPE_CHECKING:
-    from inventory.admin.stock import InventoryAdmin
+
+class StockAdmin(Protocol):
+    """What a stock form needs of its admin (``inventory.admin.stock.InventoryAdmin``, which imports this module)."""
+
+    admin_site: AdminSite
+    model: type[Inventory]
+
+    def recent_ledger(self, inventory: Inventory) -> SafeString: ...
+
 
 ADJUST_PERMISSION = "inventory.adjust_stock"
 STALE_MESSAGE = "Stock changed while you were editing"
@@ -37,7 +46,7 @@ def _inventory_or_404(product_id: int) -> Inventory:
 
 
 def _render(
-    model_admin: "InventoryAdmin",
+    model_admin: StockAdmin,
     request: HttpRequest,
     *,
     template: str,
@@ -70,7 +79,7 @@ def _busy(render: Any, request: HttpRequest, product_id: int, form: Any, exc: Se
     return response
 
 
-def adjust_view(model_admin: "InventoryAdmin", request: HttpRequest, product_id: int) -> HttpResponse:
+def adjust_view(model_admin: StockAdmin, request: HttpRequest, product_id: int) -> HttpResponse:
     if not can_adjust_stock(request):
         raise PermissionDenied
     render = functools.partial(
@@ -105,7 +114,7 @@ def adjust_view(model_admin: "InventoryAdmin", request: HttpRequest, product_id:
     return render(inventory=inventory, form=form)
 
 
-def set_counted_view(model_admin: "InventoryAdmin", request: HttpRequest, product_id: int) -> HttpResponse:
+def set_counted_view(model_admin: StockAdmin, request: HttpRequest, product_id: int) -> HttpResponse:
     if not can_adjust_stock(request):
         raise PermissionDenied
     render = functools.partial(
