@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import cells, cpu, loadtest, table, waitline
+from bench import ab, cells, cpu, loadtest, table, waitline
 from bench.seeding import seed
 from bench.tools import ensure_tools
 from config.environment import web_threads
@@ -84,6 +84,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command, rest = argv[0], argv[1:]
     if command == "cpu":
+        args = cpu.parse_args(rest)
+        if args.against:  # an A/B: this tree against a commit, each in its own worktree and database (bench.ab)
+            return ab.main(
+                args.against,
+                rounds=args.rounds,
+                requests=args.requests,
+                warmup=args.warmup,
+                pairs=args.pairs,
+                only=tuple(args.only),
+            )
         return cpu.main(rest)
     if command == "loadtest":
         return int(loadtest.main(rest) or 0)

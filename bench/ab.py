@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import run_worker, text_table
 from devtools.processes import ROOT, admin_conninfo, log, server_url
 
 SIDES = {"this tree": "skincare_bench_ab_this", "ref": "skincare_bench_ab_ref"}
@@ -42,27 +43,7 @@ def combine(runs: dict[str, list[dict[str, dict[str, Any]]]]) -> dict[str, dict[
     }
 
 
-def text_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """Scenario by scenario: each side's Python and PostgreSQL CPU per request, and the ratio of the first side's
-    Python CPU to the second's (when there are two)."""
-    sides = list(results)
-    head = ["scenario"] + [f"{side}: Python / PostgreSQL ms" for side in sides]
-    if len(sides) == 2:
-        head.append(f"Python {sides[0]} ÷ {sides[1]}")
-    lines = [" | ".join(head)]
-    for name in results[sides[0]]:
-        cells = [name] + [
-            f"{results[s][name]['python_cpu_ms']:.3f} / {results[s][name]['pg_cpu_ms']:.3f}" for s in sides
-        ]
-        if len(sides) == 2:
-            cells.append(f"{results[sides[0]][name]['python_cpu_ms'] / results[sides[1]][name]['python_cpu_ms']:.2f}")
-        lines.append(" | ".join(cells))
-    return "\n".join(lines)
-
-
 def main(ref: str, *, rounds: int, requests: int, warmup: int, pairs: int, only: tuple[str, ...] = ()) -> int:
-    from bench.cpu import run_worker
-
     tmp = Path(tempfile.mkdtemp(prefix="bench-ab-"))
     tree = tmp / "ref"
     subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT, check=True, capture_output=True)

@@ -345,7 +345,25 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
+def text_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """Scenario by scenario: each side's Python and PostgreSQL CPU per request, and the ratio of the first side's
+    Python CPU to the second's (when there are two)."""
+    sides = list(results)
+    head = ["scenario"] + [f"{side}: Python / PostgreSQL ms" for side in sides]
+    if len(sides) == 2:
+        head.append(f"Python {sides[0]} ÷ {sides[1]}")
+    lines = [" | ".join(head)]
+    for name in results[sides[0]]:
+        cells = [name] + [
+            f"{results[s][name]['python_cpu_ms']:.3f} / {results[s][name]['pg_cpu_ms']:.3f}" for s in sides
+        ]
+        if len(sides) == 2:
+            cells.append(f"{results[sides[0]][name]['python_cpu_ms'] / results[sides[1]][name]['python_cpu_ms']:.2f}")
+        lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench cpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=300)
@@ -356,29 +374,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", metavar="GIT_REF", help="A/B against this commit (bench.ab)")
     parser.add_argument("--pairs", type=int, default=3, help="A/B: how many times each side runs, alternating")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One side's measurements, printed (``python -m bench cpu``; with ``--against``, ``bench.__main__`` runs the A/B
+    of :mod:`bench.ab` instead), or, with ``--worker``, the worker's (a subprocess of a run)."""
+    args = parse_args(argv)
+    if args.against:
+        raise SystemExit("an A/B runs as python -m bench cpu --against GIT_REF")
     if args.worker:
         sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
         print(json.dumps(worker(args.rounds, args.requests, args.warmup, tuple(args.only))))
         return 0
-    from bench import ab
-
-    if args.against:
-        return ab.main(
-            args.against,
-            rounds=args.rounds,
-            requests=args.requests,
-            warmup=args.warmup,
-            pairs=args.pairs,
-            only=tuple(args.only),
-        )
     from devtools.processes import ROOT, server_url
 
     url = os.environ.get("DATABASE_URL") or server_url("skincare")
     results = run_worker(
         ROOT, url, rounds=args.rounds, requests=args.requests, warmup=args.warmup, only=tuple(args.only)
     )
-    print(ab.text_table({"this tree": results}))
+    print(text_table({"this tree": results}))
     return 0
 
 

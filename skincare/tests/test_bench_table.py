@@ -73,7 +73,7 @@ def test_an_ab_combines_each_sides_runs_by_their_median_and_gives_the_ratio():
 
     assert combined == {"this tree": {"checkout": {"python_cpu_ms": 1.2, "pg_cpu_ms": 0.5}},
                         "ref": {"checkout": {"python_cpu_ms": 1.5, "pg_cpu_ms": 0.5}}}  # fmt: skip
-    assert ab.text_table(combined).splitlines()[1] == "checkout | 1.200 / 0.500 | 1.500 / 0.500 | 0.80"
+    assert cpu.text_table(combined).splitlines()[1] == "checkout | 1.200 / 0.500 | 1.500 / 0.500 | 0.80"
 
 
 @pytest.mark.django_db
