@@ -287,6 +287,13 @@ def test_postgres_restarted_during_a_checkout_storm_only_201_409_503_and_exactly
     assert_exactly_the_201s_exist(storm, product, 5000)
 
 
+def in_flight(worker: psutil.Process, base: str) -> int:
+    """The client connections a gunicorn worker has accepted and not closed (on gunicorn's port)."""
+    port = int(base.rsplit(":", 1)[1])
+    established = worker.net_connections(kind="tcp")
+    return sum(1 for c in established if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port)
+
+
 def test_gunicorn_worker_sigkilled_while_serving_a_checkout(embedded_server, gunicorn, make_product, make_customer):
     proc, base = gunicorn
     product = make_product(stock=5000, price="1.00")
@@ -295,19 +302,27 @@ def test_gunicorn_worker_sigkilled_while_serving_a_checkout(embedded_server, gun
     with Storm(base, buyers, product.pk) as storm:
         storm.wait_for(lambda: storm.count("before", 201) >= 10, "checkouts before the kill")
         with transaction.atomic():
-            # Hold the product's row: each worker's current checkout stops at its stock UPDATE, uncommitted.
+            # Hold the product's row: every buyer's current checkout stops at its stock UPDATE, uncommitted, on one
+            # of the two workers' threads.
             list(StockBucket.objects.select_for_update(no_key=True).filter(product=product, bucket=0))
-            wait_for_lock_waiters(2)
+            wait_for_lock_waiters(len(buyers))
             workers = psutil.Process(proc.pid).children()
             assert len(workers) == 2
+            # The worker serving the most of them (a buyer's one connection is its one checkout in flight).
+            serving = {worker.pid: in_flight(worker, base) for worker in workers}
+            killed = max(serving, key=lambda pid: serving[pid])
+            assert serving[killed] >= 1 and sum(serving.values()) == len(buyers), serving
             storm.phase = "kill"
-            os.kill(workers[0].pid, signal.SIGKILL)
-            storm.wait_for(lambda: len(storm.dropped) >= 1, "the killed worker's client to see its connection drop")
+            os.kill(killed, signal.SIGKILL)
+            storm.wait_for(
+                lambda: len(storm.dropped) >= serving[killed],
+                "the killed worker's clients to see their connections drop",
+            )
         storm.phase = "after"
         storm.wait_for(lambda: storm.count("after", 201) >= 10, "checkouts after the kill (a new worker)")
-    # The killed worker's backend finishes its UPDATE, finds its client gone, and rolls back.
-    wait_until(lambda: not backends("state IN ('active', 'idle in transaction')"), what="the orphaned backend")
+    # The killed worker's backends finish their UPDATEs, find their clients gone, and roll back.
+    wait_until(lambda: not backends("state IN ('active', 'idle in transaction')"), what="the orphaned backends")
 
-    assert len(storm.dropped) == 1
+    assert len(storm.dropped) == serving[killed]  # exactly the checkouts the killed worker was serving
     assert {status for _b, _p, status, _body in storm.answers} == {201}
     assert_exactly_the_201s_exist(storm, product, 5000)  # the dropped checkout never committed
