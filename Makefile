@@ -124,7 +124,7 @@ prometheus-deps:
 
 # The whole suite runs with server-side prepared statements (the default on a direct connection); these suites, whose
 # SQL binds lists, arrays, timestamps and NULLs, run a second time with client-side binding, as behind PgBouncer.
-UNPREPARED_SUITES := payments/tests/test_checkout_race.py inventory/tests/test_strategies.py \
+UNPREPARED_SUITES := checkout/tests/test_checkout_race.py inventory/tests/test_strategies.py \
 	payments/tests/test_faults.py inventory/tests/test_buckets.py carts/tests/test_cart_races.py \
 	skincare/tests/test_prepared_statements.py inventory/tests/test_stale_quote.py
 

@@ -5,7 +5,7 @@ name."""
 import logging
 
 from carts.services import carts_prune
-from payments.idempotency import idempotency_keys_prune
+from checkout.idempotency import idempotency_keys_prune
 from payments.services import processed_events_prune
 from skincare.services import api_token_invalidations_prune, rate_limit_counters_prune
 

@@ -3,7 +3,7 @@ statements (read from the service, so the script cannot drift from what it sends
 
 * **The seed's transaction** (``seed_script``): price read, order, the guarded UPDATE right after it (the row lock
   taken second and held for the rest), order line, reservation, payment attempt, ledger row.
-* **The service's statements** (``service_script``): the quote read (``payments.checkout.QUOTES_SQL``, which takes
+* **The service's statements** (``service_script``): the quote read (``checkout.services.QUOTES_SQL``, which takes
   the customer's checkout lock), the one statement writing the order (``ORDER_SQL``), the generic-plans switch
   (``skincare.db.GENERIC_PLANS_SQL``) and the reserve statement (``inventory.reserve.RESERVE_SQL``) on bucket 0, in
   the order the checkout sends them. With K > 1 stock buckets the reservation is the bucket claims recorded from
@@ -207,8 +207,8 @@ def claims_of(sent: list[tuple[str, dict[str, Any] | None]]) -> tuple[list[tuple
 
 def service_statements() -> dict[str, Any]:
     """The service's statement texts and constants the scripts need, and its recorded bucket claims."""
+    from checkout.services import ORDER_SQL, ORDER_SQL_CONSTANTS, QUOTES_SQL
     from inventory.reserve import RESERVE_SQL
-    from payments.checkout import ORDER_SQL, ORDER_SQL_CONSTANTS, QUOTES_SQL
     from skincare.db import GENERIC_PLANS_SQL
     from skincare.locks import advisory_key
 

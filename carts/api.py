@@ -1,4 +1,4 @@
-"""Cart endpoints: create, read, replace, check out. Thin: parse, call a selector or service, render."""
+"""Cart endpoints: create, read, replace (checking a cart out is the checkout's: ``checkout.api``). Thin: parse, call a selector or service, render."""
 
 import uuid
 from decimal import Decimal
@@ -12,14 +12,6 @@ from carts import schemas, selectors, services
 from carts.exceptions import CartExpired, CartNotFound
 from carts.models import Cart
 from carts.selectors import CartView
-from payments.api import (
-    CheckoutEndpoint,
-    checkout_customer,
-    idempotency_key,
-    keyed_checkout_response,
-    order_created,
-    request_fingerprint,
-)
 from skincare import validation
 from skincare.api import authenticated_customer
 from skincare.apiview import ApiView
@@ -86,21 +78,3 @@ class CartDetailApi(ApiView):
         items = cart_items(request)
         cart = services.cart_replace(customer=authenticated_customer(request), cart_id=parsed, items=items)
         return Response(cart_data(cart))
-
-
-class CartCheckoutApi(CheckoutEndpoint):
-    """``POST /v1/carts/<id>/checkout``: answered like ``POST /v1/checkout`` (``payments.api``),
-    the cart's items standing in for the body."""
-
-    @schemas.CART_CHECKOUT
-    def post(self, request: Request, cart_id: str) -> Response:
-        parsed = parse_cart_id(cart_id)
-        key = idempotency_key(request)
-        customer = checkout_customer(request)
-        if key is None:
-            return order_created(request, services.cart_checkout(customer=customer, cart_id=parsed))
-        # No body: the key's fingerprint names the cart, so one key cannot replay another cart's answer.
-        answer = services.cart_checkout_idempotent(
-            customer=customer, cart_id=parsed, key=key, fingerprint=request_fingerprint({"cart_id": str(parsed)})
-        )
-        return keyed_checkout_response(request, answer)

@@ -1,10 +1,30 @@
 """OpenAPI descriptions of the cart endpoints; applied to the views in carts/api.py."""
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
-from payments.schemas import CHECKOUT_RESPONSES, IDEMPOTENCY_KEY, CheckoutRequestSerializer
+from skincare import validation
 from skincare.openapi import BUSY, INTERNAL, UNAUTHORIZED, UNAVAILABLE, error
+
+
+# The items body of a cart and of a checkout (checkout.schemas states it for POST /v1/checkout).
+class CheckoutItemSerializer(serializers.Serializer):
+    product_id = serializers.IntegerField(min_value=1, max_value=validation.BIGINT_MAX)
+    qty = serializers.IntegerField(
+        min_value=1,
+        max_value=settings.CHECKOUT_MAX_QTY,
+        help_text="At most CHECKOUT_MAX_QTY units of one product per order (the lines of one product added up).",
+    )
+
+
+class CheckoutRequestSerializer(serializers.Serializer):
+    items = serializers.ListField(
+        child=CheckoutItemSerializer(),
+        min_length=1,
+        max_length=settings.CHECKOUT_MAX_ITEMS,
+        help_text="1 to CHECKOUT_MAX_ITEMS lines.",
+    )
 
 
 class CartLineSerializer(serializers.Serializer):
@@ -109,45 +129,6 @@ CART_REPLACE = extend_schema(
         422: ITEMS_422,
         500: INTERNAL,
         503: BUSY,
-    },
-    tags=["carts"],
-)
-
-CART_CHECKOUT = extend_schema(
-    operation_id="cart_checkout",
-    summary="Check out your cart: reserve its stock and open a pending order, at most once",
-    description=(
-        "No body. The same answers as `POST /v1/checkout` (same 201 body, same refusals), plus the cart's own: a "
-        "cart becomes an order at most once, however many checkouts of it race."
-    ),
-    parameters=[CART_ID, IDEMPOTENCY_KEY],
-    request=None,
-    responses={
-        **CHECKOUT_RESPONSES,
-        400: error("The Idempotency-Key is malformed.", "invalid_request"),
-        404: NOT_FOUND,
-        409: error(
-            "The cart was already checked out (`cart_checked_out`, with `order_id`), or any 409 of /v1/checkout: "
-            "not enough stock (refresh your cart), `lock_busy`, a per-customer limit, a key in progress, a product's "
-            "sale window not open yet (`sale_not_started`, with Retry-After; the cart stays open), no admission to a "
-            "queued product (`admission_required`; the cart stays open).",
-            "cart_checked_out",
-            "stock_conflict",
-            "lock_busy",
-            "purchase_limit_exceeded",
-            "too_many_pending_orders",
-            "idempotency_key_in_progress",
-            "sale_not_started",
-            "admission_required",
-        ),
-        410: error(
-            "The cart was not changed for CART_TTL_SECONDS (`cart_expired`: rebuild it), a product's sale window "
-            "has closed (`sale_ended`), or the admission to a queued product lapsed (`admission_expired`). Nothing "
-            "was changed.",
-            "cart_expired",
-            "sale_ended",
-            "admission_expired",
-        ),
     },
     tags=["carts"],
 )

@@ -1,15 +1,14 @@
 """Carts: created, replaced and checked out by their customer; expired by the database clock; pruned.
 
 A cart holds no stock, and creating or replacing one locks no stock row: its items get the checkout's input checks
-(the body's shape in the view, then ``payments.checkout.merge_quantities`` and one unlocked read of the products for
-sale: 400, 422), and only the cart's own rows are written. Stock is reserved when the cart is checked out.
+(the body's shape in the view, then ``skincare.validation.merge_quantities`` and one unlocked read of the products
+for sale: 400, 422), and only the cart's own rows are written. Stock is reserved when the cart is checked out.
 
-A cart checkout is one transaction: the cart is claimed by one conditional UPDATE (``… WHERE status = 'open' AND
-expires_at > now()``), its first lock after the idempotency key, if any (the lock order is in docs/locking.md);
-then the checkout's two phases run on its items, ``payments.checkout.order_open`` and, once the cart is linked to
-its order, ``payments.checkout.order_stock_reserve``. Concurrent checkouts of one cart queue on its row, and once
-the winner commits every other one finds it ``checked_out`` (409 with its order id). Under an ``Idempotency-Key``
-the same steps run inside ``payments.idempotency.run_keyed_checkout``, the keyed flow of ``/v1/checkout`` too.
+A cart is checked out by the checkout (``checkout.services.checkout_place``), in whose transaction
+:func:`cart_claim` claims it by one conditional UPDATE (``… WHERE status = 'open' AND expires_at > now()``), its
+first lock after the idempotency key, if any (the lock order is in docs/locking.md), and :func:`cart_order_link`
+names its order. Concurrent checkouts of one cart queue on its row, and once the winner commits every other one
+finds it ``checked_out`` (409 with its order id); a refusal rolls the claim back, so the cart stays open.
 """
 
 import uuid
@@ -25,19 +24,17 @@ from carts.models import Cart, CartItem
 from carts.selectors import CartLine, CartView
 from inventory import selectors as inventory_selectors
 from inventory.exceptions import InvalidProduct
-from orders.selectors import OrderView
-from payments import checkout, idempotency
-from payments.idempotency import KeyedCheckout
 from skincare.db import retry_transient
 from skincare.errors import DomainError
-from skincare.locks import advisory_key
+from skincare.locks import advisory_key, require_transaction
+from skincare.validation import merge_quantities
 
 
 def _validated_lines(items: Iterable[tuple[int, int]]) -> list[CartLine]:
     """The cart's lines, validated as a checkout validates them: one line per product and at most CHECKOUT_MAX_QTY
-    units of it (400, ``payments.checkout.merge_quantities``), every product known and for sale (422). One unlocked
-    read of prices and stock."""
-    quantities = checkout.merge_quantities(items)
+    units of it (400, ``skincare.validation.merge_quantities``), every product known and for sale (422). One
+    unlocked read of prices and stock."""
+    quantities = merge_quantities(items, max_qty=settings.CHECKOUT_MAX_QTY)
     products = inventory_selectors.products_for_sale(product_ids=list(quantities))
     missing = sorted(set(quantities) - set(products))
     if missing:
@@ -167,8 +164,11 @@ def cart_replace(*, customer: User, cart_id: uuid.UUID, items: Iterable[tuple[in
     )
 
 
-def _claim(*, customer: User, cart_id: uuid.UUID) -> list[tuple[int, int]]:
-    """Claim the customer's open cart for this transaction's checkout and return its items (product_id, qty)."""
+def cart_claim(*, customer: User, cart_id: uuid.UUID) -> list[tuple[int, int]]:
+    """Inside a checkout's transaction: claim the customer's open cart (its row lock, until the transaction ends)
+    and return its items (product_id, qty). A cart that is not the customer's, or not open, is refused: 404, 409
+    ``cart_checked_out``, 410 ``cart_expired``."""
+    require_transaction()
     params: dict[str, Any] = {
         "id": str(cart_id),
         "customer_id": customer.pk,
@@ -183,51 +183,11 @@ def _claim(*, customer: User, cart_id: uuid.UUID) -> list[tuple[int, int]]:
         return [(product_id, qty) for product_id, qty in cursor.fetchall()]
 
 
-def _link_order(*, cart_id: uuid.UUID, order: OrderView) -> None:
+def cart_order_link(*, cart_id: uuid.UUID, order_id: int) -> None:
+    """Inside the checkout's transaction that claimed the cart: the cart names the order it became."""
+    require_transaction()
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE carts SET order_id = %s WHERE id = %s", [order.order_id, cart_id])
-
-
-def _cart_order_open(*, customer: User, cart_id: uuid.UUID) -> checkout.OpenOrder:
-    """Everything a cart checkout does before the stock: claim the cart, open the order of its items
-    (``payments.checkout.order_open``), link the cart to that order."""
-    items = _claim(customer=customer, cart_id=cart_id)
-    opened = checkout.order_open(customer=customer, items=items)
-    _link_order(cart_id=cart_id, order=opened.order)
-    return opened
-
-
-@retry_transient
-@transaction.atomic
-def cart_checkout(*, customer: User, cart_id: uuid.UUID) -> OrderView:
-    """Turn the customer's open cart into a ``pending_payment`` order, at most once.
-
-    One transaction: the cart is claimed by a conditional UPDATE (``status = 'open' AND expires_at > now()``), which
-    takes its row lock (docs/locking.md); then the checkout's two phases run on its items
-    (``payments.checkout.order_open``, then ``order_stock_reserve``), with the cart linked to its order between them,
-    so nothing is added while a stock row is locked. A refusal of the checkout (409 stock_conflict, 422, …) rolls
-    the claim back with everything else: the cart stays open. Raises CartNotFound, CartExpired, CartCheckedOut and
-    every refusal of ``payments.checkout.checkout``.
-    """
-    return checkout.order_stock_reserve(opened=_cart_order_open(customer=customer, cart_id=cart_id))
-
-
-@retry_transient
-@transaction.atomic
-def cart_checkout_idempotent(*, customer: User, cart_id: uuid.UUID, key: str, fingerprint: str) -> KeyedCheckout:
-    """:func:`cart_checkout` under an ``Idempotency-Key``, by ``payments.idempotency.run_keyed_checkout``, the flow
-    ``/v1/checkout`` uses (``fingerprint`` names the cart, so one key cannot replay another cart's answer).
-
-    The key is claimed first (a retry with the same key waits there and is answered from it), then the cart. A
-    client error, the cart's own 404/409/410 included, is stored as the key's answer and leaves the cart as it was;
-    a retryable one (with Retry-After, such as 409 sale_not_started) is not stored.
-    """
-    return idempotency.run_keyed_checkout(
-        customer=customer,
-        key=key,
-        fingerprint=fingerprint,
-        open_order=lambda: _cart_order_open(customer=customer, cart_id=cart_id),
-    )
+        cursor.execute("UPDATE carts SET order_id = %s WHERE id = %s", [order_id, cart_id])
 
 
 _PRUNE_SQL = """

@@ -1,9 +1,8 @@
 from django.urls import path
 
-from carts.api import CartCheckoutApi, CartCreateApi, CartDetailApi
+from carts.api import CartCreateApi, CartDetailApi
 
 urlpatterns = [
     path("carts", CartCreateApi.as_view(), name="cart-create"),
     path("carts/<str:cart_id>", CartDetailApi.as_view(), name="cart-detail"),
-    path("carts/<str:cart_id>/checkout", CartCheckoutApi.as_view(), name="cart-checkout"),
 ]

@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "orders",
     "payments",
     "carts",
+    "checkout",
     "waitingroom",
     "backoffice",
 ]

@@ -15,6 +15,7 @@ handler500 = "skincare.api.server_error"
 urlpatterns = [
     path("v1/", include("waitingroom.urls")),  # first: a poll is the most frequent request of a queued sale
     path("v1/", include("inventory.urls")),
+    path("v1/", include("checkout.urls")),
     path("v1/", include("payments.urls")),
     path("v1/", include("carts.urls")),
     path("v1/schema", SchemaView.as_view(), name="schema"),

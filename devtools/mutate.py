@@ -89,8 +89,8 @@ MUTATIONS = [
     Mutation(
         "no-retry-checkout",
         "retry_transient removed from checkout",
-        "payments/checkout.py",
-        "checkout_transaction",
+        "checkout/services.py",
+        "_place",
         "@retry_transient",
         "",
         (
@@ -110,8 +110,8 @@ MUTATIONS = [
     Mutation(
         "generic-plans-off",
         "the checkout no longer asks for generic plans (PostgreSQL plans the quote read and ORDER_SQL on every call)",
-        "payments/checkout.py",
-        "_read_quotes",
+        "checkout/services.py",
+        "read_quotes",
         "generic_plans()",
         "pass",
         ("skincare/tests/test_generic_plans.py::test_the_checkout_statements_are_planned_once",),
@@ -283,7 +283,7 @@ MUTATIONS = [
         "AND available_stock >= %(qty)s{guard}",
         "{guard}",
         (
-            "payments/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
+            "checkout/tests/test_checkout_race.py::test_guarded_update_alone_decides_when_every_buyer_passed_the_early_stock_read",
         ),
     ),
     Mutation(
@@ -298,26 +298,34 @@ MUTATIONS = [
     Mutation(
         "remembered-sold-out-keyed",
         "a keyed checkout of a product remembered sold out is answered from the memory, not as its key's answer",
-        "payments/api.py",
-        "CheckoutApi.post",
-        "if key is None:",
-        "if key is None or checkout.checkout_quantities(items) is None:",
+        "checkout/services.py",
+        "checkout_place",
+        "if key is None and cart_id is None:",
+        "if cart_id is None:",
         (
-            "payments/tests/test_soldout_refusal.py::"
+            "checkout/tests/test_soldout_refusal.py::"
             "test_a_keyed_replay_of_a_bought_key_gets_its_201_while_the_product_is_remembered_sold_out",
         ),
+    ),
+    Mutation(
+        "sold-out-memory-asked-twice",
+        "a checkout of items without a key asks the sold-out memory again inside its transaction",
+        "checkout/services.py",
+        "ask_sold_out_memory",
+        "if not state.memory_asked:",
+        "if True:",
+        ("checkout/tests/test_one_entry.py::test_every_variant_merges_its_items_once_and_asks_the_memory_once",),
     ),
     Mutation(
         "remembered-sold-out-counted",
         "an unkeyed checkout of a product remembered sold out is counted against the rate limit (a statement) "
         "before the memory refuses it",
-        "payments/api.py",
-        "CheckoutApi.post",
-        "quantities = checkout.checkout_quantities(items)",
-        "quantities = (ratelimit.checkout_rate_limit(customer=authenticated_customer(request)), "
-        "checkout.checkout_quantities(items))[1]",
+        "checkout/services.py",
+        "checkout_place",
+        "refuse_remembered_short(quantities)",
+        "ratelimit.checkout_rate_limit(customer=customer) or refuse_remembered_short(quantities)",
         (
-            "payments/tests/test_soldout_refusal.py::"
+            "checkout/tests/test_soldout_refusal.py::"
             "test_a_remembered_refusal_is_not_counted_and_asks_nothing_with_the_rate_limit_on",
         ),
     ),
@@ -345,8 +353,8 @@ MUTATIONS = [
     Mutation(
         "serializable-not-escalated",
         "a serializable product's checkout runs at READ COMMITTED",
-        "payments/checkout.py",
-        "_refuse_by_quotes",
+        "checkout/services.py",
+        "restart_at_strategy_isolation",
         'raise RestartTransaction("a product\'s strategy needs another isolation level", isolation=isolation)',
         "pass",
         ("inventory/tests/test_strategies.py::test_changing_the_strategy_in_the_admin_changes_how_checkouts_lock",),
@@ -365,16 +373,16 @@ MUTATIONS = [
     Mutation(
         "refusals-unbounded",
         "refusals stored under fresh Idempotency-Keys are never trimmed",
-        "payments/idempotency.py",
+        "checkout/idempotency.py",
         "TRIM_REFUSALS_SQL",
         "ORDER BY id DESC OFFSET %(keep)s)",
         "ORDER BY id DESC OFFSET %(keep)s LIMIT 0)",
-        ("payments/tests/test_idempotency.py::test_stored_refusals_are_bounded_per_customer",),
+        ("checkout/tests/test_idempotency.py::test_stored_refusals_are_bounded_per_customer",),
     ),
     Mutation(
         "no-customer-lock",
         "checkout no longer takes the customer's checkout lock (limits counted before the previous order committed)",
-        "payments/checkout.py",
+        "checkout/services.py",
         "QUOTES_SQL",
         "(SELECT 1 FROM pg_advisory_xact_lock(%(customer_lock)s)) AS customer_locked",
         "1 AS customer_locked",
@@ -458,10 +466,10 @@ MUTATIONS = [
     Mutation(
         "sale-window-unchecked",
         "checkout ignores the sale window (the quote's state is never looked at)",
-        "payments/checkout.py",
-        "_refuse_by_quotes",
-        "_refuse_outside_sale_window(quotes)",
-        "pass",
+        "checkout/services.py",
+        "OPEN_ORDER",
+        "    refuse_outside_sale_window,\n",
+        "",
         (
             "payments/tests/test_sale_window.py::test_before_the_window_409_sale_not_started_with_retry_after_and_nothing_written",
         ),
@@ -492,12 +500,12 @@ MUTATIONS = [
     Mutation(
         "retryable-refusal-stored",
         "a retryable refusal (409 lock_busy, with Retry-After) is stored under its Idempotency-Key",
-        "payments/idempotency.py",
+        "checkout/idempotency.py",
         "replayable",
         "return 400 <= exc.http_status < 500 and exc.retry_after is None",
         "return 400 <= exc.http_status < 500",
         (
-            "payments/tests/test_idempotency.py::test_a_lock_busy_answer_is_not_stored_and_the_retry_with_the_same_key_succeeds",
+            "checkout/tests/test_idempotency.py::test_a_lock_busy_answer_is_not_stored_and_the_retry_with_the_same_key_succeeds",
             "carts/tests/test_carts_api.py::test_a_keyed_cart_checkout_before_the_sale_is_not_stored_and_the_same_key_buys_once_it_opens",
         ),
     ),
@@ -1545,7 +1553,7 @@ MUTATIONS = [
     Mutation(
         "openapi-line-qty-unbounded",
         "the OpenAPI document no longer states a line's qty maximum (CHECKOUT_MAX_QTY)",
-        "payments/schemas.py",
+        "carts/schemas.py",
         "CheckoutItemSerializer",
         "max_value=settings.CHECKOUT_MAX_QTY,",
         "",

@@ -2,7 +2,7 @@
 
 A product's stock is the sum over its stock rows (:data:`STOCK_SUM_SQL`), and its sale window and unit price are
 decided by the database clock (:data:`SALE_STATE_SQL`, :data:`UNIT_PRICE_SQL`): one definition each, which every
-statement that needs them uses (the checkout's quote read ``payments.checkout.QUOTES_SQL``, the cart read
+statement that needs them uses (the checkout's quote read ``checkout.services.QUOTES_SQL``, the cart read
 ``carts.selectors``, the waiting room, the audit).
 """
 
@@ -96,7 +96,7 @@ _recent: dict[int, tuple[float, ProductView]] = {}
 def product_get_recent(*, product_id: int) -> ProductView | None:
     """:func:`product_get`, remembered by this process for PRODUCT_READ_MAX_AGE_SECONDS (0: never): the public
     product page during a sale, whose stock and sale state may be that old for a read. Never for a checkout, which
-    reads its own quotes (``payments.checkout``)."""
+    reads its own quotes (``checkout.services``)."""
     max_age = settings.PRODUCT_READ_MAX_AGE_SECONDS
     now = time.monotonic()
     remembered = _recent.get(product_id)

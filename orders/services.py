@@ -1,10 +1,10 @@
 """Order state machine: ``pending_payment`` → ``paid`` | ``cancelled``. (An order is born ``pending_payment`` by
-checkout, ``payments.checkout``, whose one statement writes it with everything that belongs to it.)
+checkout, ``checkout.services``, whose one statement writes it with everything that belongs to it.)
 
 Every transition is a conditional update (``WHERE status = 'pending_payment'``) taking lock order steps 5, 6 and 8
 (docs/locking.md). Each reservation's units go back to, or leave from, the stock row (bucket) the reservation
 names (``inventory.reserve``). The reservation rows (``Reservation``) are orders': they are written here, by
-``payments.checkout.ORDER_SQL`` (inserted with their order) and, for the bucket a reservation names, by the reserve
+``checkout.services.ORDER_SQL`` (inserted with their order) and, for the bucket a reservation names, by the reserve
 statement of ``inventory.reserve``.
 """
 
@@ -27,7 +27,7 @@ from orders.models import Order, Reservation
 from skincare.db import db_now, retry_transient
 
 # A new order's rows, as the first common table expressions of the checkout's one writing statement
-# (``payments.checkout.ORDER_SQL``, which adds the payment attempt and reads the customer's counts): ``new_order``,
+# (``checkout.services.ORDER_SQL``, which adds the payment attempt and reads the customer's counts): ``new_order``,
 # ``line`` (the lines as given), ``new_lines`` and ``new_reservations``. The only place orders, their lines and their
 # reservations are created. ``now()`` is the transaction's start: the order's deadline and every reservation's expiry
 # are that one instant by the database's clock. Each reservation names bucket 0, a one-row product's only stock row;

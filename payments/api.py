@@ -1,103 +1,24 @@
-import hashlib
-import json
+"""The payments endpoints: the signed webhook, the payment page a buyer follows to the gateway, and Midtrans's
+notification. Thin: verify, parse, call a service, render."""
+
 import logging
 import re
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import User
 from django.http import HttpResponseRedirect
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from orders.selectors import OrderView
-from payments import checkout, idempotency, ratelimit, schemas, services, sessions, signing
-from payments.idempotency import KeyedCheckout
-from payments.order_api import order_data
+from payments import schemas, services, sessions, signing
 from skincare import metrics, validation
-from skincare.api import authenticated_customer
 from skincare.apiview import ApiView
 from skincare.errors import InvalidInput
 from skincare.metrics import OutcomeCountingMixin
 
 logger = logging.getLogger(__name__)
-
-
-IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
-
-
-def idempotency_key(request: Request) -> str | None:
-    """The ``Idempotency-Key`` header: absent → None; else 1 to 255 printable ASCII characters, or 400."""
-    key = request.headers.get(IDEMPOTENCY_KEY_HEADER)
-    if key is None:
-        return None
-    if not validation.is_idempotency_key(key):
-        raise InvalidInput(
-            "Idempotency-Key must be 1 to 255 printable ASCII characters.",
-            fields={IDEMPOTENCY_KEY_HEADER: ["1 to 255 printable ASCII characters."]},
-        )
-    return key
-
-
-def request_fingerprint(data: Any) -> str:
-    """SHA-256 of the body's canonical JSON: the same JSON document gives the same fingerprint however it is spaced
-    or its keys are ordered."""
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
-def checkout_customer(request: Request) -> User:
-    """The customer placing a checkout (either checkout view, once it has parsed its request), with this checkout
-    counted against the rate limit (``payments.ratelimit``: 429 over it)."""
-    customer = authenticated_customer(request)
-    ratelimit.checkout_rate_limit(customer=customer)
-    return customer
-
-
-def order_created(request: Request, order: OrderView) -> Response:
-    """201 with the order placed (``payments.order_api.order_data``)."""
-    return Response(order_data(request, order), status=201)
-
-
-def keyed_checkout_response(request: Request, answer: KeyedCheckout) -> Response:
-    """The answer of a checkout under an ``Idempotency-Key``: 201 with the order, or a stored refusal as it was
-    stored; ``Idempotent-Replayed: true`` on a replay."""
-    headers = {"Idempotent-Replayed": "true"} if answer.replayed else None
-    if answer.refusal is not None:
-        return Response(answer.refusal.body, status=answer.refusal.http_status, headers=headers)
-    assert answer.order is not None  # a keyed checkout answers with an order or a refusal
-    return Response(order_data(request, answer.order), status=201, headers=headers)
-
-
-class CheckoutEndpoint(OutcomeCountingMixin, ApiView):
-    """A view that places a checkout, counted as one on ``/metrics`` (both checkout views)."""
-
-    outcome_counter = metrics.CHECKOUT_REQUESTS
-    allowed_outcomes = metrics.CHECKOUT_OUTCOMES
-    latency_histogram = metrics.CHECKOUT_LATENCY
-    success_outcome = "created"
-
-
-class CheckoutApi(CheckoutEndpoint):
-    """``POST /v1/checkout``."""
-
-    @schemas.CHECKOUT
-    def post(self, request: Request) -> Response:
-        key = idempotency_key(request)
-        items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
-        if key is None:
-            # Too many units and the sold-out memory before the rate limit: a refusal that takes nothing and asks
-            # the database nothing is not counted (payments.checkout, the order of the checks).
-            quantities = checkout.checkout_quantities(items)
-            customer = checkout_customer(request)
-            return order_created(request, checkout.checkout(customer=customer, items=quantities.items()))
-        customer = checkout_customer(request)
-        answer = idempotency.checkout_idempotent(
-            customer=customer, items=items, key=key, fingerprint=request_fingerprint(request.data)
-        )
-        return keyed_checkout_response(request, answer)
 
 
 # A payment event's currency (in either case) and its other limits: payments.schemas, which the document states.

@@ -1,15 +1,14 @@
-"""OpenAPI descriptions of the payments endpoints (checkout, webhook); applied to the views in payments/api.py."""
+"""OpenAPI descriptions of the payments endpoints (webhook, payment page, Midtrans notification); applied to the
+views in payments/api.py."""
 
 from decimal import Decimal
 
-from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
-from orders.schemas import OrderSerializer
 from skincare import validation
-from skincare.openapi import BUSY, INTERNAL, UNAUTHORIZED, error
+from skincare.openapi import BUSY, INTERNAL, error
 
 # The webhook's limits, enforced by payments.api.parse_webhook with these same patterns and stated by the document
 # below. No U+0000 anywhere: PostgreSQL text cannot hold it.
@@ -21,24 +20,6 @@ CURRENCY_CODE_PATTERN = "^[A-Za-z]{3}$"  # ISO 4217, either case
 WEBHOOK_MAX_AMOUNT = Decimal("9999999999.99")
 # A decimal string of 0 to WEBHOOK_MAX_AMOUNT with at most two decimals (no sign, no exponent, no spaces).
 AMOUNT_PATTERN = r"^[0-9]{1,10}(\.[0-9]{1,2})?$"
-
-
-class CheckoutItemSerializer(serializers.Serializer):
-    product_id = serializers.IntegerField(min_value=1, max_value=validation.BIGINT_MAX)
-    qty = serializers.IntegerField(
-        min_value=1,
-        max_value=settings.CHECKOUT_MAX_QTY,
-        help_text="At most CHECKOUT_MAX_QTY units of one product per order (the lines of one product added up).",
-    )
-
-
-class CheckoutRequestSerializer(serializers.Serializer):
-    items = serializers.ListField(
-        child=CheckoutItemSerializer(),
-        min_length=1,
-        max_length=settings.CHECKOUT_MAX_ITEMS,
-        help_text="1 to CHECKOUT_MAX_ITEMS lines.",
-    )
 
 
 class WebhookEventSerializer(serializers.Serializer):
@@ -74,85 +55,6 @@ class WebhookResultSerializer(serializers.Serializer):
     )
     event_id = serializers.CharField()
 
-
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    {
-        "type": "string",
-        "minLength": 1,
-        "maxLength": validation.IDEMPOTENCY_KEY_MAX_LENGTH,
-        "pattern": validation.IDEMPOTENCY_KEY_PATTERN,
-    },
-    OpenApiParameter.HEADER,
-    required=False,
-    description=(
-        "1-255 printable ASCII characters, scoped to the customer. The same key with the same body replays "
-        "the first answer (201 or a domain 4xx) with `Idempotent-Replayed: true`; a duplicate sent while the "
-        "first is still running waits for it; the same key with a different body is a 422. Kept "
-        "IDEMPOTENCY_KEY_TTL_SECONDS (default 86400)."
-    ),
-)
-
-# The answers of a checkout; the cart checkout (carts/schemas.py) gives the same ones and its own.
-CHECKOUT_RESPONSES = {
-    201: OpenApiResponse(OrderSerializer, description="Order created, stock reserved."),
-    400: error(
-        "The body is not valid JSON or not a valid cart, or the Idempotency-Key is malformed.",
-        "invalid_request",
-        "malformed_json",
-    ),
-    401: UNAUTHORIZED,
-    409: error(
-        "Not enough stock (`product_ids` names every short product; an optimistic product that kept losing its "
-        "version check adds `gave_up_after`); a `row_lock_nowait` product's row is busy (`lock_busy`, with "
-        "Retry-After); the customer's `max_per_customer` or pending-order cap would be exceeded; a duplicate "
-        "Idempotency-Key without a stored answer (safety net, with Retry-After); a product's sale window has not "
-        "opened yet by the database clock (`sale_not_started`: `product_ids`, `starts_at`, and Retry-After = the "
-        "whole seconds to the opening, at least 1; never stored under an Idempotency-Key, so the same key can buy "
-        "once the sale opens); a product sells through a queue and the customer holds no admission "
-        "(`admission_required`: `product_ids`, `queue_urls`, `pass_states`, Retry-After; never stored under an "
-        "Idempotency-Key; docs/queue.md).",
-        "stock_conflict",
-        "lock_busy",
-        "purchase_limit_exceeded",
-        "too_many_pending_orders",
-        "idempotency_key_in_progress",
-        "sale_not_started",
-        "admission_required",
-    ),
-    410: error(
-        "A product's sale window has closed by the database clock (`product_ids` names them), or the customer's "
-        "admission to a queued product lapsed unused (`admission_expired`); nothing written.",
-        "sale_ended",
-        "admission_expired",
-    ),
-    413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
-    415: error("The body is not `application/json`.", "unsupported_media_type"),
-    422: error(
-        "A product does not exist or is not for sale (`product_ids` lists them), or the Idempotency-Key was used "
-        "with a different body.",
-        "invalid_product",
-        "idempotency_key_reused",
-    ),
-    429: error(
-        "More than CHECKOUT_RATE_LIMIT checkouts in the current window; retry after Retry-After.", "rate_limited"
-    ),
-    500: INTERNAL,
-    503: BUSY,
-}
-
-CHECKOUT = extend_schema(
-    operation_id="checkout",
-    summary="Reserve stock and open a pending order",
-    description=(
-        "One short transaction: the order, its lines and reservations are written and the stock is reserved "
-        "with a guarded update. The order must be paid before `payment_expires_at`, or the sweeper returns the units."
-    ),
-    parameters=[IDEMPOTENCY_KEY],
-    request=CheckoutRequestSerializer,
-    responses=CHECKOUT_RESPONSES,
-    tags=["checkout"],
-)
 
 WEBHOOK = extend_schema(
     operation_id="payment_webhook",

@@ -1,4 +1,4 @@
-"""Payment events from the gateway (the signed webhook), applied exactly once. Checkout is in ``payments.checkout``."""
+"""Payment events from the gateway (the signed webhook), applied exactly once. Checkout is in ``checkout.services``."""
 
 import json
 import logging

@@ -340,7 +340,7 @@ def atomic_refusals_commit(func: Callable[P, R]) -> Callable[P, R]:
     transaction id would be the outer one's).
     Costs one short statement per refusal that reached the database (the question), against ROLLBACK's
     ``DEALLOCATE ALL``. Use it under :func:`retry_transient` in place of ``@transaction.atomic`` (the checkout:
-    ``payments/checkout.py``); docs/benchmarks.md#decisions has the numbers."""
+    ``checkout/services.py``); docs/benchmarks.md#decisions has the numbers."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:

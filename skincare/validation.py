@@ -4,6 +4,7 @@ Checkout and the webhook use these instead of DRF serializers: the same refusals
 request (the hot paths parse a small, fixed shape).
 """
 
+from collections.abc import Iterable
 from typing import Any, TypeGuard, cast
 
 from skincare.errors import InvalidInput
@@ -39,7 +40,7 @@ def checkout_items(data: Any, *, max_items: int) -> list[tuple[int, int]]:
     """``{"items": [{"product_id": int > 0, "qty": int > 0}, ...]}`` → [(product_id, qty), ...].
 
     Shape and types only. The per-product unit limit applies to the merged quantities, so it is checked once,
-    in ``orders.services.merge_quantities``, for API and service callers alike.
+    in :func:`merge_quantities`, for API and service callers alike.
     """
     require_object(data)
     items = data.get("items")
@@ -73,6 +74,21 @@ def checkout_items(data: Any, *, max_items: int) -> list[tuple[int, int]]:
 
 
 RATE_UNITS = {"second": 1, "s": 1, "minute": 60, "m": 60, "hour": 3600, "h": 3600, "day": 86400, "d": 86400}
+
+
+def merge_quantities(items: Iterable[tuple[int, int]], *, max_qty: int) -> dict[int, int]:
+    """``[(product_id, qty), ...]`` → ``{product_id: total qty}``: a product listed twice is one line, and one order
+    holds at most ``max_qty`` units of a product (400 otherwise). A checkout's items are merged once, here."""
+    quantities: dict[int, int] = {}
+    for product_id, qty in items:
+        quantities[product_id] = quantities.get(product_id, 0) + qty
+    too_many = {pid: qty for pid, qty in quantities.items() if qty > max_qty}
+    if too_many:
+        raise InvalidInput(
+            f"At most {max_qty} units of one product per order.",
+            fields={"items": [f"product {pid}: {qty} units" for pid, qty in sorted(too_many.items())]},
+        )
+    return quantities
 
 
 def parse_rate(spec: str) -> tuple[int, int] | None:

@@ -7,7 +7,7 @@ pass ``used``; a product with no such pass refuses the checkout (409 ``admission
 checkout lock (step 3 of docs/locking.md): no other customer's checkout ever waits for it, and the advancer
 never updates an admitted pass. A checkout refused later (stock, limits) rolls the use back with everything else,
 so the admission stays valid until it lapses. The checkout calls it only for the products its quote read found
-queued (``payments.checkout.QUOTES_SQL``): a product without a queue costs no statement here.
+queued (``checkout.services.QUOTES_SQL``): a product without a queue costs no statement here.
 """
 
 from django.conf import settings

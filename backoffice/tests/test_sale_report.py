@@ -19,13 +19,13 @@ from django.db import connection
 from django.db.models import F, Sum
 
 from backoffice.sale_report import sale_report
+from checkout.testing import buy, is_order
 from devtools.testing import assert_invariants, make_overdue, wait_until
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, OrderLine, Reservation
 from payments import services as payment_services
 from payments.models import PaymentAttempt
-from payments.testing import buy, is_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 
 from backoffice.sale_report import sale_report
+from checkout.testing import place_order
 from devtools.testing import make_overdue
 from payments import services as payment_services
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 

@@ -16,14 +16,14 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from backoffice import opsmetrics, saleboard
+from checkout.testing import place_order
+from checkout.tests.test_checkout_http_race import post_checkout_once
 from devtools.processes import Gunicorn
 from devtools.testing import ThreadRun, make_overdue, run_concurrently
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
 from payments import services as payment_services
 from payments.models import PaymentSession, UnmatchedPayment
-from payments.testing import place_order
-from payments.tests.test_checkout_http_race import post_checkout_once
 from skincare.tests.test_metrics import _url as database_url_for_children
 from waitingroom import services as queue_services
 from waitingroom.models import QueuePass

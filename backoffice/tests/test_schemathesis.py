@@ -16,9 +16,9 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from checkout.testing import place as checkout
 from devtools.processes import BENCH_SECRET, Gunicorn
 from inventory.models import Product
-from payments.checkout import checkout
 from payments.models import ProcessedEvent
 from skincare.demo import DEMO_CUSTOMER, DEMO_CUSTOMER_TOKEN
 from skincare.tests.test_metrics import _url as database_url_for_children

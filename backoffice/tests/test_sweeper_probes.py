@@ -9,8 +9,8 @@ from django.db import connection, transaction
 
 from backoffice import probemetrics
 from backoffice.sweeper_probes import Probe
+from checkout.testing import place_order
 from devtools.testing import ThreadRun, make_overdue, wait_for_lock_waiters
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

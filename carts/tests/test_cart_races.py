@@ -14,25 +14,23 @@ from django.db import OperationalError, connection, transaction
 from carts import services
 from carts.exceptions import CartCheckedOut
 from carts.models import Cart, CartItem
+from checkout.idempotency import Placed
+from checkout.services import Checkout, checkout_place, order_open, order_stock_reserve
+from checkout.testing import STRATEGIES, place_cart
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order
 from orders.selectors import OrderView
-from payments.checkout import order_open, order_stock_reserve
-from payments.idempotency import KeyedCheckout
-from payments.testing import STRATEGIES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def checkout(customer, cart_id, key=None):
-    """One cart checkout: the OrderView (or, under a key, the KeyedCheckout), or the CartCheckedOut refusal."""
+    """One cart checkout: the OrderView (or, under a key, the Placed answer), or the CartCheckedOut refusal."""
     try:
         if key is None:
-            return services.cart_checkout(customer=customer, cart_id=cart_id)
-        answer = services.cart_checkout_idempotent(
-            customer=customer, cart_id=cart_id, key=key, fingerprint=f"cart:{cart_id}"
-        )
+            return place_cart(customer=customer, cart_id=cart_id)
+        answer = checkout_place(customer=customer, cart_id=cart_id, key=key, fingerprint=f"cart:{cart_id}")
     except CartCheckedOut as exc:
         return exc
     if answer.refusal is not None and answer.refusal.body["code"] == "cart_checked_out":
@@ -67,13 +65,13 @@ def test_fifty_concurrent_checkouts_under_one_key_are_one_order_and_replays(make
 
     assert [o.error for o in outcomes if o.error] == []
     results = [o.value for o in outcomes]
-    first = [r for r in results if isinstance(r, KeyedCheckout) and not r.replayed]
+    first = [r for r in results if isinstance(r, Placed) and not r.replayed]
     assert len(first) == 1 and first[0].order is not None
     others = [r for r in results if r is not first[0]]
     # Each other request waited for the key and replays the first answer (or, equally safe, is told the cart is
     # checked out).
     assert all(
-        (isinstance(r, KeyedCheckout) and r.replayed and r.order == first[0].order) or isinstance(r, CartCheckedOut)
+        (isinstance(r, Placed) and r.replayed and r.order == first[0].order) or isinstance(r, CartCheckedOut)
         for r in others
     )
     assert Order.objects.count() == 1
@@ -117,7 +115,9 @@ def naive_cart_checkout(customer, cart_id, read_done):
         read_done.wait(timeout=60)
         if status != "open":
             return "checked_out"
-        order = order_stock_reserve(opened=order_open(customer=customer, items=items))
+        state = Checkout(customer=customer, quantities=dict(items), cart_id=None, memory_asked=False)
+        order_open(state)
+        order = order_stock_reserve(state)
         with connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE carts SET status = 'checked_out', order_id = %s WHERE id = %s", [order.order_id, cart_id]
@@ -246,7 +246,7 @@ def test_a_cart_checks_out_once_under_every_inventory_strategy(make_product, cus
     product, other = make_product(stock=5, strategy=strategy), make_product(stock=5)
     cart = services.cart_create(customer=customer, items=[(product.pk, 2), (other.pk, 1)])
 
-    order = services.cart_checkout(customer=customer, cart_id=cart.cart_id)
+    order = place_cart(customer=customer, cart_id=cart.cart_id)
     again = checkout(customer, cart.cart_id)
 
     assert isinstance(order, OrderView)

@@ -10,6 +10,7 @@ from django.db import connection
 
 from carts import services
 from carts.models import Cart, CartItem
+from checkout.testing import place_cart
 from orders.selectors import OrderView
 
 pytestmark = pytest.mark.django_db
@@ -35,7 +36,7 @@ def test_prune_retention_deletes_long_expired_and_long_checked_out_carts_only(cu
     carts["checked_out_long_ago"] = make_cart(customer, product)
     carts["checked_out_recently"] = make_cart(customer, product)
     for name in ("checked_out_long_ago", "checked_out_recently"):
-        assert isinstance(services.cart_checkout(customer=customer, cart_id=carts[name]), OrderView)
+        assert isinstance(place_cart(customer=customer, cart_id=carts[name]), OrderView)
     shift(carts["expired_recently"], expires="-30 minutes", updated="-60 minutes")
     shift(carts["expired_long_ago"], expires="-61 minutes", updated="-91 minutes")
     shift(carts["checked_out_long_ago"], expires="+20 minutes", updated="-61 minutes")

@@ -9,13 +9,14 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from carts.models import Cart, CartItem
+from checkout import idempotency
+from checkout.models import IdempotencyKey
 from devtools.testing import assert_invariants
 from inventory.models import Inventory, StockBucket
 from inventory.services import stock_adjust
 from inventory.tests.test_sale_window import set_window
 from orders.models import Order
-from payments import idempotency
-from payments.models import IdempotencyKey, PaymentAttempt
+from payments.models import PaymentAttempt
 
 pytestmark = pytest.mark.django_db
 
@@ -369,7 +370,7 @@ def test_a_keyed_refusal_is_stored_and_the_cart_stays_open(api, make_product, se
 
 def test_a_keyed_cart_checkout_before_the_sale_is_not_stored_and_the_same_key_buys_once_it_opens(api, make_product):
     """409 sale_not_started carries Retry-After: a client that retries the cart's checkout with the same key after the
-    opening must get the order, not the refusal replayed (payments.idempotency.replayable, the one rule for both
+    opening must get the order, not the refusal replayed (checkout.idempotency.replayable, the one rule for both
     endpoints)."""
     product = make_product(stock=5, price="20.00")
     set_window(product, starts_in=30, ends_in=3600, price="15.00")

@@ -15,9 +15,9 @@ import pytest
 from django.db import connection, transaction
 
 from carts.selectors import _CART_SQL
+from checkout.services import QUOTES_SQL
 from inventory.models import Product, StockBucket
 from inventory.selectors import _PRODUCTS_SQL
-from payments.checkout import QUOTES_SQL
 
 OTHERS = 300
 BUCKETS = 4  # the product read has several stock rows: the sum over its own rows is read, and only those

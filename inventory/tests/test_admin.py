@@ -11,6 +11,7 @@ from django.db import connection, connections, transaction
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants
 from inventory.admin.product_form import product_version
 from inventory.models import Inventory, Product, StockBucket, StockMovement
@@ -18,7 +19,6 @@ from inventory.permissions import ensure_ops_groups
 from orders.models import Order, Reservation
 from payments import services as payment_services
 from payments.models import PaymentAttempt, ProcessedEvent
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 

@@ -19,12 +19,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants, run_concurrently
 from inventory import catalogue
 from inventory.models import Inventory, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.models import Reservation
-from payments.testing import place_order
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -4,7 +4,7 @@ Checkouts claim a bucket they can lock without waiting (SKIP LOCKED); when the f
 they wait for one bucket, and last they lock every bucket and move units: a product is refused only when it really
 lacks the units. Every test here runs on committed data with real threads (own connections, released by a barrier)
 where it races, and ends with the audit, which checks every bucket against its own ledger rows and reservations.
-The whole race suite also runs against a bucketed product (``RACE_CASES`` in ``payments.testing``).
+The whole race suite also runs against a bucketed product (``RACE_CASES`` in ``checkout.testing``).
 """
 
 import io
@@ -14,14 +14,14 @@ import pytest
 from django.core.management import call_command
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
+from checkout import services as checkouts
+from checkout.testing import buy_retrying, is_order, place, place_order
 from devtools.testing import ThreadRun, act_while_held, assert_invariants, run_concurrently, wait_for_lock_waiters
 from inventory import plan, reserve, services
 from inventory.admin.product_form import product_version
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory, Product, StockBucket, StockMovement
 from orders import services as order_services
-from payments import checkout as checkouts
-from payments.testing import buy_retrying, is_order, place_order
 from skincare.errors import InvalidInput, ServiceBusy
 
 
@@ -476,7 +476,7 @@ def test_the_checkout_reads_k_and_claims_in_one_statement(make_product, customer
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        order = checkouts.checkout(customer=customer, items=[(product.pk, 1)])
+        order = place(customer=customer, items=[(product.pk, 1)])
     assert sent.count(reserve.CLAIM_BUCKET_SQL) == 1
     assert sent.index(reserve.CLAIM_BUCKET_SQL) > sent.index(checkouts.ORDER_SQL)
     assert reserve.CLAIM_WAITING_SQL not in sent

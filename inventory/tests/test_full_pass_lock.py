@@ -10,11 +10,11 @@ true, and its own reservation finds the target bucket short (``InventoryCorrupte
 
 import pytest
 
+from checkout.testing import place_order
 from devtools.testing import act_while_held, assert_invariants
 from inventory import buckets, services
 from inventory.exceptions import InventoryCorrupted
 from inventory.models import StockBucket, StockMovement
-from payments.testing import place_order
 
 
 def stock(product):

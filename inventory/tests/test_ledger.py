@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants
 from inventory import catalogue, services
 from inventory.exceptions import StaleStockVersion, StockConflict, StockWouldGoNegative
@@ -15,7 +16,6 @@ from inventory.models import Inventory, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services as payment_services
-from payments.testing import place_order
 from skincare.db import sqlstate
 
 pytestmark = pytest.mark.django_db

@@ -10,15 +10,15 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
+from checkout import services as checkouts
+from checkout.testing import place, place_order
 from devtools.testing import assert_invariants
 from inventory import reserve, services
 from inventory.exceptions import InventoryCorrupted
 from inventory.models import StockBucket, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
-from payments import checkout as checkouts
 from payments import services as payment_services
-from payments.testing import place_order
 
 
 def held_in(order, product):
@@ -159,7 +159,7 @@ def test_the_order_statement_writes_no_ledger_row_the_reserve_statement_writes_i
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        checkouts.checkout(customer=customer, items=[(product.pk, 1)])
+        place(customer=customer, items=[(product.pk, 1)])
     assert "stock_movements" not in checkouts.ORDER_SQL
     writers = [sql for sql in sent if "INSERT INTO stock_movements" in sql]
     assert writers == [reserve.RESERVE_SQL]

@@ -2,12 +2,12 @@
 
 import pytest
 
+from checkout.testing import place_order
 from devtools.testing import run_concurrently
 from inventory import soldout
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory, StockBucket
 from orders.models import Order
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 

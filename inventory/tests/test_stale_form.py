@@ -7,12 +7,12 @@ from django.db import transaction
 from django.test import Client
 from django.urls import reverse
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockBucket, StockMovement
 from inventory.permissions import ensure_ops_groups
 from orders.audit import audit_inventory
 from orders.models import Order, Reservation
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,12 +11,12 @@ controls take the second look out (``inventory.reserve.has_other_stock_rows`` an
 import pytest
 from django.db import connection, transaction
 
+from checkout.services import QUOTES_SQL
+from checkout.testing import place_order
 from devtools.testing import ThreadRun, act_while_held, assert_invariants
 from inventory import buckets, reserve, services
 from inventory.exceptions import StockConflict
 from inventory.models import StockBucket
-from payments.checkout import QUOTES_SQL
-from payments.testing import place_order
 
 
 def spread_and_empty_bucket_0(product_id: int) -> None:

@@ -1,7 +1,7 @@
 """Per-product inventory strategies (docs/strategies.md): each one's own proof, the cart rule, a switch in the
 middle of a storm, and the admin switch visibly changing how a checkout locks.
 
-The shared race suite (payments/tests/test_checkout_race.py, test_checkout_http_race.py, test_webhook_races.py,
+The shared race suite (checkout/tests/test_checkout_race.py, test_checkout_http_race.py, test_webhook_races.py,
 the sweeper storms) runs against every strategy as well.
 """
 
@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from checkout.testing import STRATEGIES, buy_retrying, is_order, place_order
 from devtools.testing import ThreadRun, assert_invariants, run_concurrently
 from inventory import reserve
 from inventory.admin.product_form import product_version
@@ -21,7 +22,6 @@ from inventory.exceptions import LockBusy, StockConflict
 from inventory.models import Inventory, InventoryStrategy, Product
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
-from payments.testing import STRATEGIES, buy_retrying, is_order, place_order
 
 S = InventoryStrategy
 

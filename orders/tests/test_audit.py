@@ -14,13 +14,13 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
+from checkout.testing import place_order
 from inventory import services as inventory_services
 from inventory.models import Inventory, StockBucket, StockMovement
 from orders import services as order_services
 from orders.audit import CHECKS, DESCRIPTIONS, audit_inventory
 from orders.models import Order, Reservation
 from payments import services as payment_services
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 

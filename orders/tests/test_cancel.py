@@ -5,6 +5,7 @@ import threading
 import pytest
 from rest_framework.test import APIClient
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders import services as order_services
@@ -12,7 +13,6 @@ from orders.exceptions import OrderNotPending
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt
-from payments.testing import place_order
 
 
 def cancel_url(order_id):

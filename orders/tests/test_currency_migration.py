@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
+from checkout.testing import buy
 from orders.models import Order
-from payments.testing import buy
 
 pytestmark = pytest.mark.django_db
 

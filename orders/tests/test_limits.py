@@ -5,15 +5,15 @@ import threading
 
 import pytest
 
+from checkout import services as checkouts
+from checkout.testing import place_order
+from checkout.tests.test_checkout_http_race import post_checkout_once
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from inventory.exceptions import StockConflict
 from inventory.models import Inventory
 from orders import services as order_services
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, Reservation
-from payments import checkout as checkouts
-from payments.testing import place_order
-from payments.tests.test_checkout_http_race import post_checkout_once
 
 
 def buy(api, product, qty=1):
@@ -112,9 +112,9 @@ def without_the_customer_lock(monkeypatch, parties):
     all_checked = threading.Barrier(parties)
     real = checkouts.order_stock_reserve
 
-    def reserve_after_everyone_checked(*, opened):
+    def reserve_after_everyone_checked(state):
         all_checked.wait(timeout=60)
-        return real(opened=opened)
+        return real(state)
 
     monkeypatch.setattr(checkouts, "order_stock_reserve", reserve_after_everyone_checked)
 

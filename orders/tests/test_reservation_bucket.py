@@ -4,8 +4,8 @@ no stock row for, even when another product has a row of that number."""
 import pytest
 from django.db import IntegrityError, transaction
 
+from checkout.testing import place_order
 from orders.models import Reservation
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 

@@ -16,10 +16,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
+from checkout.testing import RACE_CASES, buy_retrying, place_order
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockMovement
 from orders.models import Order, Reservation
-from payments.testing import RACE_CASES, buy_retrying, place_order
 from skincare.errors import ServiceBusy
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,15 +10,15 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
+from checkout import services as checkouts
+from checkout.testing import place_order
 from devtools.testing import ThreadRun, assert_invariants, backends, wait_for_lock_waiters, wait_until
 from inventory import reserve as inventory_reserve
 from inventory import services as inventory_services
 from inventory.models import Inventory, StockBucket, StockMovement
 from orders.audit import audit_inventory
 from orders.models import Order, Reservation
-from payments import checkout as checkouts
 from payments.models import PaymentAttempt
-from payments.testing import place_order
 from skincare.db import retry_transient, sqlstate
 from skincare.errors import DatabaseUnavailable
 
@@ -74,8 +74,8 @@ class PauseAfter:
         self.paused, self.resume = threading.Event(), threading.Event()
         self.pid = None
 
-    def __call__(self, **kwargs):
-        result = self.real(**kwargs)
+    def __call__(self, *args, **kwargs):
+        result = self.real(*args, **kwargs)
         if not self.paused.is_set():
             self.pid = backend_pid()
             self.paused.set()
@@ -93,8 +93,9 @@ def test_checkout_connection_killed_after_its_first_statements_is_a_clean_503(
 ):
     product = make_product(stock=5)
     before = counts()
-    pause = PauseAfter(checkouts._write_order)  # order, lines, reservations, attempt written, not committed
-    monkeypatch.setattr(checkouts, "_write_order", pause)
+    pause = PauseAfter(checkouts.write_order)  # order, lines, reservations, attempt written, not committed
+    steps = tuple(pause if step is checkouts.write_order else step for step in checkouts.OPEN_ORDER)
+    monkeypatch.setattr(checkouts, "OPEN_ORDER", steps)
 
     def buy():
         if through == "api":
@@ -136,13 +137,14 @@ def test_control_checkout_steps_in_separate_transactions_leave_a_half_written_or
     pids = []
 
     def naive_checkout():
+        state = checkouts.Checkout(customer=customer, quantities={product.pk: 2}, cart_id=None, memory_asked=False)
         with transaction.atomic():  # the order's rows commit on their own
-            opened = checkouts.order_open(customer=customer, items=[(product.pk, 2)])
+            checkouts.order_open(state)
         pids.append(backend_pid())
         paused.set()
         resume.wait(timeout=60)
         with transaction.atomic():
-            checkouts.order_stock_reserve(opened=opened)
+            checkouts.order_stock_reserve(state)
 
     run = ThreadRun(naive_checkout)
     assert paused.wait(timeout=60)

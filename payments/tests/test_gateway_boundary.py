@@ -9,12 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants, make_overdue
 from orders.models import Order
 from payments import boundary, sessions
 from payments.exceptions import GatewayUnavailable
 from payments.models import GatewayTransaction, PaymentSession
-from payments.testing import place_order
 from payments.tests.test_midtrans import open_session, pay_link
 
 

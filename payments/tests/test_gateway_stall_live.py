@@ -20,10 +20,10 @@ import urllib.request
 
 import pytest
 
+from checkout.testing import place_order
 from devtools.fake_midtrans import FakeMidtrans
 from devtools.processes import Gunicorn
 from devtools.testing import assert_invariants
-from payments.testing import place_order
 from skincare.tests.test_metrics import _url as database_url_for_children
 
 DEADLINE = 1  # MIDTRANS_TIMEOUT_SECONDS (a whole second is its smallest setting)

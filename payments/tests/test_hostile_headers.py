@@ -4,8 +4,8 @@ import time
 
 import pytest
 
+from checkout.testing import place_order
 from payments import signing
-from payments.testing import place_order
 from payments.tests.test_webhook import SECRET, db_state, deliver, encode, event
 
 

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.test import Client
 
+from checkout.testing import place_order
 from devtools.fake_midtrans import FakeMidtrans
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from inventory.models import Product
@@ -20,7 +21,6 @@ from orders.models import Order, Reservation
 from payments import checks, services, sessions
 from payments.exceptions import GatewayUnavailable
 from payments.models import GatewayTransaction, PaymentAttempt, PaymentSession, ProcessedEvent
-from payments.testing import place_order
 from skincare import metrics
 from skincare.demo import TEST_MIDTRANS_SERVER_KEY
 

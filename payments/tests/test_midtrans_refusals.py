@@ -13,10 +13,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
+from checkout.testing import place_order
 from payments.exceptions import GatewayUnavailable, InvalidSignature
 from payments.midtrans import MidtransGateway
 from payments.models import GatewayTransaction, PaymentSession, ProcessedEvent
-from payments.testing import place_order
 from payments.tests.test_midtrans import notify, open_session, pay_link, state
 from skincare.demo import TEST_MIDTRANS_SERVER_KEY
 

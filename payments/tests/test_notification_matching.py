@@ -14,12 +14,12 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants
 from inventory.permissions import ensure_ops_groups
 from orders.models import Order
 from payments.models import GatewayTransaction, PaymentAttempt, PaymentSession, UnmatchedPayment
 from payments.reporting import unmatched_payments_open
-from payments.testing import place_order
 from payments.tests.test_midtrans import NOTIFICATION_URL, notify, open_session, pay_link, reconcile, state
 
 

@@ -8,11 +8,11 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants, make_overdue
 from orders.models import Order
 from payments import sessions
 from payments.models import GatewayTransaction, PaymentSession
-from payments.testing import place_order
 from payments.tests.test_midtrans import pay_link, reconcile
 
 

@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from checkout.testing import place_order
 from orders.models import Order
 from payments.models import PaymentSession
-from payments.testing import place_order
 from payments.tests.test_midtrans import open_session
 
 

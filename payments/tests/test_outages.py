@@ -22,6 +22,7 @@ import psutil
 import pytest
 from django.db import connections, transaction
 
+from checkout.testing import place_order
 from devtools import devdb
 from devtools.processes import free_port
 from devtools.testing import assert_invariants, backends, wait_for_lock_waiters, wait_until
@@ -29,7 +30,6 @@ from inventory.models import Inventory, StockBucket
 from orders.models import Order, Reservation
 from orders.tests.test_sweeper import subprocess_env
 from payments import sandbox, signing
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

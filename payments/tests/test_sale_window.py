@@ -13,6 +13,10 @@ from django.core.management import call_command
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
+from checkout import idempotency
+from checkout import services as checkout
+from checkout.models import IdempotencyKey
+from checkout.testing import STRATEGIES
 from devtools.testing import assert_invariants, run_concurrently, wait_until
 from inventory import catalogue, soldout
 from inventory.exceptions import SaleNotStarted
@@ -20,9 +24,7 @@ from inventory.models import Inventory, StockMovement
 from inventory.tests.test_sale_window import set_window
 from orders.audit import audit_inventory
 from orders.models import Order, OrderLine, Reservation
-from payments import checkout, idempotency
-from payments.models import IdempotencyKey, PaymentAttempt
-from payments.testing import STRATEGIES
+from payments.models import PaymentAttempt
 from payments.tests.test_webhook import SECRET, deliver, event
 from skincare.db import db_now
 from skincare.timestamps import utc_z
@@ -455,13 +457,17 @@ def test_control_a_web_server_clock_running_fast_sells_before_the_opening(make_p
     sale opens 30 s after the setup, so however slow the machine, the buyers fire before it."""
     from django.utils import timezone
 
-    def by_the_web_server_clock(quotes):
+    def by_the_web_server_clock(state):
+        quotes = state.quotes
         fast_now = timezone.now() + timedelta(seconds=60)
         early = [pid for pid, q in quotes.items() if q.sale_starts_at is not None and fast_now < q.sale_starts_at]
         if early:
             raise SaleNotStarted(product_ids=early, starts_at=quotes[early[0]].sale_starts_at, retry_after_seconds=1)
 
-    monkeypatch.setattr(checkout, "_refuse_outside_sale_window", by_the_web_server_clock)
+    steps = tuple(
+        by_the_web_server_clock if step is checkout.refuse_outside_sale_window else step for step in checkout.OPEN_ORDER
+    )
+    monkeypatch.setattr(checkout, "OPEN_ORDER", steps)
     product = make_product(stock=1, price="30.00")
     clients = [client_for(make_customer()) for _ in range(5)]
     setup_sale(product, "--stock", "5", "--starts-in", "30", "--duration", "600")

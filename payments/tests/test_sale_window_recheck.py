@@ -15,12 +15,13 @@ from decimal import Decimal
 import pytest
 from django.db import connection, transaction
 
+from checkout import services as checkout
+from checkout.testing import place
 from devtools.testing import ThreadRun, assert_invariants, wait_for_lock_waiters
 from inventory.exceptions import SaleEnded
 from inventory.models import Product
 from inventory.tests.test_sale_window import set_window
 from orders.models import Order
-from payments import checkout
 from skincare.locks import advisory_key
 
 RECHECK = re.compile(r"\n\s*-- The sale window decided again.*?statement_timestamp\(\)\)\n", re.S)
@@ -39,7 +40,7 @@ def checkout_held_past_the_end(customer, product):  # type: ignore[no-untyped-de
 
     holder = ThreadRun(hold_the_customer_lock, name="customer-lock-holder")
     assert holding.wait(30)
-    buyer = ThreadRun(lambda: checkout.checkout(customer=customer, items=[(product.pk, 1)]), name="buyer")
+    buyer = ThreadRun(lambda: place(customer=customer, items=[(product.pk, 1)]), name="buyer")
     wait_for_lock_waiters(1)  # the buyer's quote has run its snapshot (window open) and waits for the lock
     with connection.cursor() as cursor:  # ops end the sale now, by the database clock
         cursor.execute("UPDATE products SET sale_ends_at = clock_timestamp() WHERE id = %s", [product.pk])

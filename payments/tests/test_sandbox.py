@@ -12,11 +12,11 @@ import requests
 from django.core import signing as django_signing
 from django.test import Client, RequestFactory
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants
 from orders.models import Order
 from payments import sandbox, services
 from payments.models import PaymentAttempt, ProcessedEvent
-from payments.testing import place_order
 
 SECRET = "whsec-sandbox-test"
 

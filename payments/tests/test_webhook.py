@@ -14,13 +14,13 @@ import pytest
 from django.db import connections, transaction
 from django.test import Client, override_settings
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants, make_overdue
 from inventory.models import Inventory, StockBucket, StockMovement
 from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services, signing
 from payments.models import NEEDS_OPS, PaymentAttempt, ProcessedEvent
-from payments.testing import place_order
 
 SECRET = "whsec-test-lifecycle-secret"
 WEBHOOK_URL = "/v1/payments/webhook"

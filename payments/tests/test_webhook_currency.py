@@ -4,11 +4,11 @@ currency mismatch for ops."""
 
 import pytest
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants
 from orders.models import Order
 from payments import services
 from payments.models import PaymentAttempt
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 

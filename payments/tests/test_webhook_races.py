@@ -9,6 +9,7 @@ from django.db import connection, transaction
 from django.test import Client
 from rest_framework.test import APIClient
 
+from checkout.testing import RACE_CASES, place_order
 from devtools.testing import assert_invariants, run_concurrently, wait_for_lock_waiters
 from inventory import reserve as inventory_reserve
 from inventory.models import Inventory, StockMovement
@@ -16,7 +17,6 @@ from orders import services as order_services
 from orders.models import Order, Reservation
 from payments import services
 from payments.models import PaymentAttempt, ProcessedEvent
-from payments.testing import RACE_CASES, place_order
 from payments.tests.test_webhook import SECRET, deliver, event
 
 pytestmark = pytest.mark.django_db(transaction=True)

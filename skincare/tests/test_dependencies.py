@@ -22,12 +22,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     "skincare": frozenset(),
     "inventory": frozenset({"skincare"}),
     "orders": frozenset({"inventory", "skincare"}),
+    "carts": frozenset({"orders", "inventory", "skincare"}),
     "waitingroom": frozenset({"inventory", "skincare"}),
     "payments": frozenset({"waitingroom", "orders", "inventory", "skincare"}),
-    "carts": frozenset({"payments", "waitingroom", "orders", "inventory", "skincare"}),
-    "backoffice": frozenset({"carts", "payments", "waitingroom", "orders", "inventory", "skincare"}),
-    "config": frozenset({"backoffice", "carts", "payments", "waitingroom", "orders", "inventory", "skincare"}),
+    "checkout": frozenset({"carts", "payments", "waitingroom", "orders", "inventory", "skincare"}),
+    "backoffice": frozenset({"checkout", "carts", "payments", "waitingroom", "orders", "inventory", "skincare"}),
+    "config": frozenset(
+        {"backoffice", "checkout", "carts", "payments", "waitingroom", "orders", "inventory", "skincare"}
+    ),
 }
+
 TOOLING = frozenset({"bench", "devtools"})
 
 
@@ -111,6 +115,55 @@ def test_no_import_inside_a_function_crosses_apps():
     )
 
 
+# HTTP lives in the apps' API modules: the views (``api.py``), their OpenAPI descriptions (``schemas.py``), routes and the
+# foundation's pipeline. Domain modules (models, services, selectors, the reservation, errors' classes) import
+# nothing from DRF; the few foundation modules that do are named here with the reason.
+HTTP_MODULE_NAMES = frozenset({"api.py", "schemas.py", "urls.py"})
+HTTP_MODULES = {
+    "skincare/apiview.py": "the one view class",
+    "skincare/openapi.py": "the OpenAPI document's shared parts",
+    "skincare/errors.py": "DRF's own exceptions mapped to the error codes, for the one handler",
+    "skincare/metrics.py": "the view mixin that counts an endpoint's outcomes",
+    "skincare/migrations/0003_hash_legacy_drf_tokens.py": "reads DRF's token table once",
+}
+FRAMEWORK = ("rest_framework", "drf_spectacular")
+
+
+def framework_imports(path: Path, source: str) -> list[str]:
+    """The DRF imports of a module that is not an HTTP module."""
+    relative = str(path)
+    if path.name in HTTP_MODULE_NAMES or relative in HTTP_MODULES:
+        return []
+    return [
+        f"{relative}: line {line}: imports {module}"
+        for line, module, _in_function in imports(source)
+        if module.split(".")[0] in FRAMEWORK
+    ]
+
+
+def test_only_the_api_modules_import_the_framework():
+    found = [
+        problem
+        for _app, path in application_modules()
+        for problem in framework_imports(path, (ROOT / path).read_text())
+    ]
+    assert not found, "domain modules that import DRF (HTTP belongs in api.py/schemas.py):\n" + "\n".join(found)
+    for relative in HTTP_MODULES:
+        assert (ROOT / relative).exists(), f"{relative} is named as an HTTP module but does not exist"
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        ("checkout/services.py", "from rest_framework.request import Request\n"),
+        ("orders/selectors.py", "import rest_framework\n"),
+        ("inventory/plan.py", "def f():\n    from drf_spectacular.utils import extend_schema\n"),
+    ],
+)
+def test_control_the_framework_guard_catches_a_domain_module_importing_drf(path, source):
+    assert framework_imports(Path(path), source)
+
+
 def test_the_map_is_a_dag_with_the_foundation_at_the_bottom_and_the_wiring_on_top():
     assert cycle(ALLOWED) is None
     assert ALLOWED["skincare"] == frozenset()
@@ -174,7 +227,7 @@ def cycle(graph: dict[str, frozenset[str]]) -> list[str] | None:
         ("payments", "from carts.models import Cart\n"),
         ("orders", "from waitingroom import services\n"),
         ("waitingroom", "from orders.models import Order\n"),
-        ("waitingroom", "from payments.checkout import checkout\n"),
+        ("waitingroom", "from checkout.services import checkout\n"),
         ("carts", "from backoffice import saleboard\n"),
         ("backoffice", "from config import settings\n"),
         ("skincare", "import config.urls\n"),

@@ -39,8 +39,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from backoffice import saleboard
+from checkout.testing import place
 from inventory.models import StockBucket
-from payments import checkout
 from skincare.locks import ADVISORY_KEY_SPACES, advisory_key
 from waitingroom import counters, selectors, services
 from waitingroom.passtoken import SignedPass
@@ -260,7 +260,7 @@ def measured_statements(*, product_id: int, customer: Any, names: list[str]) -> 
             return result
 
         with connection.execute_wrapper(watch):
-            checkout.checkout(customer=customer, items=[(product_id, 1)])
+            place(customer=customer, items=[(product_id, 1)])
     return measured
 
 
@@ -284,10 +284,10 @@ def round_trips(trace: str) -> int:
 
 def measured_round_trips(*, product_id: int, make_customer: Callable[..., Any], tmp_path: Path) -> int:
     for _ in range(6):  # psycopg prepares a statement on its fifth run; then each is one Bind/Execute/Sync
-        checkout.checkout(customer=make_customer(), items=[(product_id, 1)])
+        place(customer=make_customer(), items=[(product_id, 1)])
     customer = make_customer()
     with libpq_trace(tmp_path / "trace"):
-        checkout.checkout(customer=customer, items=[(product_id, 1)])
+        place(customer=customer, items=[(product_id, 1)])
     return round_trips((tmp_path / "trace").read_text())
 
 
@@ -413,7 +413,7 @@ def measured(make_product, make_customer, tmp_path) -> Measured:
     trips = measured_round_trips(product_id=product.pk, make_customer=make_customer, tmp_path=tmp_path)
     # The board shows the product (units held by unpaid orders); then one more product.
     one = measured_board(shown=1)
-    checkout.checkout(customer=make_customer(), items=[(make_product(stock=5).pk, 1)])
+    place(customer=make_customer(), items=[(make_product(stock=5).pk, 1)])
     two = measured_board(shown=2)
     assert one[0] == two[0], (one, two)  # the transaction's statements do not grow with the products
     # An opening of 40 passes signed before it, then of 80: the first polls cost the same whatever the crowd.
@@ -472,8 +472,8 @@ def test_the_probes_see_the_locks_they_name(make_product) -> None:
 TRUE = Measured(
     statements=[
         Statement("skincare.db.GENERIC_PLANS_SQL", (), ()),
-        Statement("payments.checkout.QUOTES_SQL", (), (STEP_CUSTOMER,)),
-        Statement("payments.checkout.ORDER_SQL", ("order_lines", "orders"), (), frozenset({("orders", "order_lines")})),
+        Statement("checkout.services.QUOTES_SQL", (), (STEP_CUSTOMER,)),
+        Statement("checkout.services.ORDER_SQL", ("order_lines", "orders"), (), frozenset({("orders", "order_lines")})),
         Statement(
             "inventory.reserve.RESERVE_SQL",
             ("stock_buckets", "stock_movements"),
@@ -489,8 +489,8 @@ TABLE = f"""<!-- claim: checkout.statements -->
 | # | statement | writes | locks |
 |---|---|---|---|
 | 1 | `skincare.db.GENERIC_PLANS_SQL` | - | - |
-| 2 | `payments.checkout.QUOTES_SQL` | - | [customer](locking.md#{STEP_CUSTOMER}) |
-| 3 | `payments.checkout.ORDER_SQL` | `orders`, `order_lines` | - |
+| 2 | `checkout.services.QUOTES_SQL` | - | [customer](locking.md#{STEP_CUSTOMER}) |
+| 3 | `checkout.services.ORDER_SQL` | `orders`, `order_lines` | - |
 | 4 | `inventory.reserve.RESERVE_SQL` | `stock_buckets`, `stock_movements` | [stock](locking.md#{STEP_STOCK_ROWS}) |
 """
 
@@ -525,8 +525,8 @@ def test_control_a_true_doc_passes() -> None:
             "states 3 statements, a checkout runs 4",
         ),
         (
-            TABLE.replace("`payments.checkout.QUOTES_SQL`", "`payments.checkout.ORDER_SQL`"),
-            "statement 2 is payments.checkout.QUOTES_SQL, not payments.checkout.ORDER_SQL",
+            TABLE.replace("`checkout.services.QUOTES_SQL`", "`checkout.services.ORDER_SQL`"),
+            "statement 2 is checkout.services.QUOTES_SQL, not checkout.services.ORDER_SQL",
         ),
         (
             TABLE.replace(f"[customer](locking.md#{STEP_CUSTOMER})", "-"),

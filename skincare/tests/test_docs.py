@@ -43,8 +43,8 @@ PACKAGES = (*APPS, "bench", "devtools")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-# A repository path: a relative path with a directory (``payments/checkout.py``, ``docs/img/``), or a file name with
-# a known extension (``checkout.py``). URL paths start with a slash and are not paths of the repository, nor is a
+# A repository path: a relative path with a directory (``checkout/services.py``, ``docs/img/``), or a file name with
+# a known extension (``idempotency.py``). URL paths start with a slash and are not paths of the repository, nor is a
 # rate (``20/minute``).
 PATH = re.compile(
     r"^(?:[A-Za-z_.][\w.*…-]*/)(?:[\w.*…-]+/)*[\w.*…-]*(?:::[\w*…\[\]-]+)?$|^[\w*…-]+\.(?:py|md|toml|txt|ya?ml|cfg|ini|sh|conf|json|png|svg)"
@@ -296,10 +296,10 @@ def test_the_guard_sees_the_codes_of_every_app() -> None:
         ("See `payments/nowhere.py`.", "path `payments/nowhere.py`: no such file"),
         ("See [the old doc](gone.md).", "path `gone.md`: no such file"),
         ("See `nowhere_at_all.py`.", "path `nowhere_at_all.py`: no such file"),
-        ("Run `payments/tests/test_idempotency.py::test_no_such_*`.", "no test_no_such_* in"),
+        ("Run `checkout/tests/test_idempotency.py::test_no_such_*`.", "no test_no_such_* in"),
         ("See [buckets](strategies.md#no-such-heading).", "no heading #no-such-heading in docs/strategies.md"),
         ("See [below](#nowhere).", "no heading #nowhere in docs/control.md"),
-        ("Read `payments/checkout.py::NO_SUCH_SQL`.", "no NO_SUCH_SQL in payments/checkout.py"),
+        ("Read `checkout/services.py::NO_SUCH_SQL`.", "no NO_SUCH_SQL in checkout/services.py"),
         ("Grant `inventory.adjust_everything`.", "inventory has no adjust_everything"),
         ("Call `skincare.db.retry_forever`.", "skincare.db has no retry_forever"),
         ("Read `payments.selectors`.", "symbol `payments.selectors`: payments has no selectors"),
@@ -317,9 +317,9 @@ def test_control_the_guard_refuses_a_doc_naming_what_does_not_exist(line: str, c
 def test_control_the_guard_accepts_what_exists() -> None:
     doc = (
         "# Control\n\n"
-        "`payments/checkout.py`, [locking](locking.md), `checkout.py`, `skincare.db.retry_transient`, "
-        "`payments/tests/test_idempotency.py::test_a_*`, `.env`, `payments.E001`, `make test`, `skincare.0003`, "
-        "`inventory.change_product`, `payments/checkout.py::ORDER_SQL`, `.venv/bin/python`, "
+        "`checkout/services.py`, [locking](locking.md), `idempotency.py`, `skincare.db.retry_transient`, "
+        "`checkout/tests/test_idempotency.py::test_a_*`, `.env`, `payments.E001`, `make test`, `skincare.0003`, "
+        "`inventory.change_product`, `checkout/services.py::ORDER_SQL`, `.venv/bin/python`, "
         "`python -m devtools.mutate`, `/v1/checkout`, `20/minute`, [buckets](strategies.md#stock-buckets), "
         "[here](#control), [ops](../docs/operations.md#production-refuses-the-demo)\n"
     )

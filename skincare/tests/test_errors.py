@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 
 from carts.exceptions import CartCheckedOut
+from checkout.exceptions import IdempotencyKeyReused, RateLimited
 from inventory.exceptions import SaleNotStarted, StaleStockVersion, StockConflict, StockWouldGoNegative
 from orders.exceptions import PurchaseLimitExceeded
-from payments.exceptions import IdempotencyKeyReused, RateLimited
 from skincare.errors import DomainError, InvalidInput, ServiceBusy, declared_errors
 from waitingroom.exceptions import AdmissionRequired, QueueNotOpen
 

@@ -18,11 +18,11 @@ from email.message import Message
 import pytest
 from django.db import transaction
 
+from checkout.tests.test_checkout_http_race import post_checkout_once
 from devtools.haproxy import HAProxy
 from devtools.processes import Gunicorn
 from devtools.testing import ThreadRun, lock_waiters, wait_until
 from inventory.models import StockBucket
-from payments.tests.test_checkout_http_race import post_checkout_once
 from skincare.tests.test_metrics import _url as database_url_for_children
 
 pytestmark = [pytest.mark.haproxy, pytest.mark.django_db(transaction=True)]

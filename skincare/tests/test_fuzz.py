@@ -16,9 +16,9 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checkout.testing import place_order
 from devtools.testing import assert_invariants
 from payments import signing
-from payments.testing import place_order
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from payments import checkout as checkout_module
-from payments.checkout import checkout
+from checkout import services as checkout_module
+from checkout.testing import place as checkout
 
 RUNS = 10  # DB_PREPARE_THRESHOLD (5) runs unprepared, then prepared ones
 

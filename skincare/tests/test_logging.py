@@ -92,5 +92,5 @@ def test_slow_service_transactions_are_logged_as_warnings(api, make_product, set
 
     [warning] = [r for r in caplog.records if r.name == "skincare.db.slow"]
     assert warning.levelno == logging.WARNING
-    assert warning.transaction == "checkout_transaction"  # the service transaction retry_transient runs
+    assert warning.transaction == "_place"  # the service transaction retry_transient runs
     assert warning.duration_ms >= 0

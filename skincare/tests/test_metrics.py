@@ -13,6 +13,8 @@ from django.test import Client
 from prometheus_client import REGISTRY
 
 from backoffice.tests.test_sweeper_loop import LineWatcher, run_command_in_thread
+from checkout.testing import place_order
+from checkout.tests.test_checkout_http_race import post_checkout
 from devtools.processes import Gunicorn, free_port
 from devtools.testing import make_overdue, run_concurrently
 from inventory.models import StockBucket
@@ -20,8 +22,6 @@ from inventory.tests.test_sale_window import set_window
 from payments import signing
 from payments.models import ProcessedEvent
 from payments.sessions import IGNORED
-from payments.testing import place_order
-from payments.tests.test_checkout_http_race import post_checkout
 from skincare import api, errors
 from skincare.db import retry_transient
 from skincare.errors import declared_errors

@@ -20,12 +20,12 @@ from django.core.management import call_command
 from django.db import connection, connections, transaction
 from django.test import override_settings
 
+from checkout.tests.test_checkout_http_race import post_checkout, post_checkout_once
 from devtools import pgbouncer
 from devtools.processes import Gunicorn
 from devtools.testing import assert_invariants, run_concurrently, wait_until
 from inventory.models import Inventory, StockBucket
 from orders.models import Order, Reservation
-from payments.tests.test_checkout_http_race import post_checkout, post_checkout_once
 
 pytestmark = [pytest.mark.pgbouncer, pytest.mark.django_db(transaction=True)]
 

@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections
 
+from checkout.testing import place as checkout
 from devtools.testing import assert_invariants, make_overdue
 from inventory.exceptions import InvalidProduct, SaleNotStarted, StockConflict
 from inventory.models import Inventory, InventoryStrategy, StockMovement
@@ -22,7 +23,6 @@ from orders.audit import audit_inventory
 from orders.exceptions import PurchaseLimitExceeded, TooManyPendingOrders
 from orders.models import Order, OrderLine, Reservation
 from orders.services import order_cancel, orders_expire_due
-from payments.checkout import checkout
 from payments.models import PaymentAttempt
 from skincare import db as skincare_db
 

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from checkout.testing import place_order
 from payments.models import PaymentAttempt
-from payments.testing import place_order
 from skincare.services import SEQUENCE_RESTORE_GAP
 
 

@@ -25,10 +25,10 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection, connections
 
+from checkout.testing import place
 from devtools.testing import assert_invariants, backends, make_overdue, run_concurrently, wait_until
 from inventory.exceptions import StockConflict
 from orders.models import Order
-from payments import checkout as checkouts
 from payments import services as payment_services
 from skincare.db import db_now
 from waitingroom import admission, services
@@ -212,7 +212,7 @@ def storm(product, customers):
 
     def buy(i):
         try:
-            return checkouts.checkout(customer=customers[i], items=[(product.pk, 1)]).customer_id
+            return place(customer=customers[i], items=[(product.pk, 1)]).customer_id
         except (AdmissionRequired, StockConflict) as exc:
             return exc.code
 
@@ -306,7 +306,7 @@ def returned_unit_scenario(make_product, prefix):
     admit_now(product)
     assert admitted_positions(product) == [1, 2, 3]
     buyers = sorted(QueuePass.objects.filter(product=product, position__lte=3), key=lambda p: p.position)
-    orders = [checkouts.checkout(customer=User.objects.get(pk=p.customer_id), items=[(product.pk, 1)]) for p in buyers]
+    orders = [place(customer=User.objects.get(pk=p.customer_id), items=[(product.pk, 1)]) for p in buyers]
     fourth = QueuePass.objects.get(product=product, position=4)
     assert pass_get(customer_id=fourth.customer_id, pass_id=fourth.pk).units_may_return is True
     make_overdue(Order.objects.get(pk=orders[0].order_id))
@@ -371,7 +371,7 @@ def test_sold_out_ends_the_queue(make_product):
     admit_now(product)
     winners = QueuePass.objects.filter(product=product, admitted_at__isnull=False)
     for queue_pass in winners:
-        order = checkouts.checkout(customer=User.objects.get(pk=queue_pass.customer_id), items=[(product.pk, 1)])
+        order = place(customer=User.objects.get(pk=queue_pass.customer_id), items=[(product.pk, 1)])
         payment_services.payment_event_apply(  # paid: its unit can never come back
             event_id=f"evt-queue-{order.order_id}",
             event_type=payment_services.EVENT_SUCCEEDED,

@@ -15,8 +15,8 @@ from django.db import connection
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from checkout.testing import place
 from inventory.tests.test_admin import client_for, make_staff
-from payments import checkout as checkouts
 from payments import services as payment_services
 from waitingroom import services
 from waitingroom.models import ProductQueue, QueuePass
@@ -106,7 +106,7 @@ def test_admissions_never_exceed_the_units_available_minus_those_outstanding(mak
     assert admit_now(product).admitted == 3  # credit for a million, units for three
     assert admit_now(product).admitted == 0  # the three admissions are still outstanding
     first = QueuePass.objects.get(product=product, position=1)
-    checkouts.checkout(customer=User.objects.get(pk=first.customer_id), items=[(product.pk, 1)])
+    place(customer=User.objects.get(pk=first.customer_id), items=[(product.pk, 1)])
     assert admit_now(product).admitted == 0  # two units left, two admissions outstanding
     lapse_admissions(product)
     assert admit_now(product).admitted == 2  # the lapsed admissions' turns go to the next two
@@ -133,7 +133,7 @@ def test_rejoining_a_sold_out_queue_answers_the_customers_pass(api, make_custome
     services.queue_join(customer=buyer, product_id=product.pk)
     first = api.post(f"/v1/products/{product.pk}/queue").json()
     admit_now(product)
-    order = checkouts.checkout(customer=buyer, items=[(product.pk, 1)])
+    order = place(customer=buyer, items=[(product.pk, 1)])
     paid = payment_services.payment_event_apply(  # paid: its unit never comes back, the queue is sold out
         event_id=f"evt-rejoin-{order.order_id}",
         event_type=payment_services.EVENT_SUCCEEDED,

@@ -1,7 +1,7 @@
 """Flash-sale races at the service level: real threads, one connection each, released by a barrier.
 
 Every test here runs once per inventory strategy (the ``inventory_strategy`` fixture below), with buyers that
-retry ``lock_busy``/``busy`` answers as a client honouring ``Retry-After`` would (``payments.testing``)."""
+retry ``lock_busy``/``busy`` answers as a client honouring ``Retry-After`` would (``checkout.testing``)."""
 
 import random
 import threading
@@ -9,10 +9,10 @@ import threading
 import pytest
 from django.db import connection, transaction
 
+from checkout.testing import RACE_CASES, buy_retrying
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockBucket
 from orders.models import Order, Reservation
-from payments.testing import RACE_CASES, buy_retrying
 from skincare.errors import ServiceBusy
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -184,7 +184,7 @@ def test_unexpected_failure_is_a_logged_500_without_internals(api, make_product,
     def explode(**kwargs):
         raise RuntimeError("secret internal detail: connection string postgres://admin:hunter2@db")
 
-    monkeypatch.setattr("payments.checkout.checkout", explode)
+    monkeypatch.setattr("checkout.api.checkout_place", explode)
     response = api.post("/v1/checkout", {"items": [{"product_id": product.pk, "qty": 1}]}, format="json")
 
     assert response.status_code == 500

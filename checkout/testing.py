@@ -8,11 +8,15 @@ them; so does ``buy_retrying`` here (at once: tests never sleep). Then every str
 exactly the stock is sold, every other buyer gets ``stock_conflict``.
 """
 
+from django.conf import settings
+
+from checkout.services import checkout_place
 from inventory.exceptions import LockBusy, StockConflict
 from inventory.models import InventoryStrategy
 from orders.models import Order
-from payments import checkout as checkouts
+from orders.selectors import OrderView
 from skincare.errors import ServiceBusy
+from skincare.validation import merge_quantities
 
 STRATEGIES = list(InventoryStrategy.values)
 # The race modules' cases: every strategy, and guarded_update spread over 8 stock buckets (conftest's make_product).
@@ -20,9 +24,24 @@ BUCKETED = "bucketed"
 RACE_CASES = [*STRATEGIES, BUCKETED]
 
 
+def place(*, customer, items) -> OrderView:
+    """The checkout of ``items`` ((product_id, qty) pairs, merged as the view merges them), without a key: the order
+    placed (a refusal raises)."""
+    placed = checkout_place(customer=customer, quantities=merge_quantities(items, max_qty=settings.CHECKOUT_MAX_QTY))
+    assert placed.order is not None  # without a key a refusal raises
+    return placed.order
+
+
+def place_cart(*, customer, cart_id) -> OrderView:
+    """The checkout of the customer's cart ``cart_id``, without a key: the order placed (a refusal raises)."""
+    placed = checkout_place(customer=customer, cart_id=cart_id)
+    assert placed.order is not None  # without a key a refusal raises
+    return placed.order
+
+
 def place_order(*, customer, items):
     """Checkout, then the placed order as its model row (tests refresh it and follow its relations)."""
-    return Order.objects.get(pk=checkouts.checkout(customer=customer, items=items).order_id)
+    return Order.objects.get(pk=place(customer=customer, items=items).order_id)
 
 
 RETRYABLE = ("lock_busy", "busy")

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from payments import checkout
+from checkout import services as checkout
 from skincare import metrics
 
 pytestmark = pytest.mark.django_db
@@ -40,15 +40,15 @@ def counted(outcome):
 
 @pytest.fixture
 def transactions(monkeypatch):
-    """The checkouts that entered the checkout's transaction (``payments.checkout.checkout_transaction``)."""
+    """The checkouts that entered the checkout's transaction (``checkout.services._place``)."""
     entered = []
-    run = checkout.checkout_transaction
+    run = checkout._place
 
     def recording(**kwargs):
         entered.append(kwargs["customer"].pk)
         return run(**kwargs)
 
-    monkeypatch.setattr(checkout, "checkout_transaction", recording)
+    monkeypatch.setattr(checkout, "_place", recording)
     return entered
 
 
@@ -75,7 +75,7 @@ def test_a_remembered_sold_out_product_is_refused_before_the_transaction_with_th
 
 
 def test_every_check_before_the_memory_still_answers_first(memory_on, api, make_product, settings):
-    """The module docstring's order (payments/checkout.py): authentication, the body and too many units of a
+    """The order of the checks (``checkout.services.checkout_place``): authentication, the body and too many units of a
     product are answered before a product remembered sold out is refused; the rate limit after it."""
     sold_out = make_product(stock=0)
     assert buy(api, sold_out.pk).status_code == 409  # remembered now

@@ -9,10 +9,10 @@ import urllib.request
 
 import pytest
 
+from checkout.testing import RACE_CASES
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory
 from orders.models import Order, Reservation
-from payments.testing import RACE_CASES
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

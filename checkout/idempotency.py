@@ -1,28 +1,24 @@
 """Idempotency keys (the ``Idempotency-Key`` header: IETF httpapi draft, Stripe semantics): a keyed checkout's
 answer is stored with its key and replayed to a retry with the same key and body.
 
-:func:`run_keyed_checkout` is the one keyed flow of both checkout endpoints (:func:`checkout_idempotent` for
-``POST /v1/checkout``, ``carts.services.cart_checkout_idempotent`` for a cart): the key is claimed first
-(:data:`CLAIM_KEY_SQL`, lock order step 1), the 201 answer is stored between the checkout's two phases
-(``payments.checkout``), and a client error is stored instead of the order. :func:`idempotency_keys_prune` forgets
-keys past their time to live.
+:func:`run_keyed_checkout` is the keyed flow of ``checkout.services.checkout_place`` (items or a cart): the key is
+claimed first (:data:`CLAIM_KEY_SQL`, lock order step 1), the 201 answer is stored between the checkout's two
+phases, and a client error is stored instead of the order. :func:`idempotency_keys_prune` forgets keys past their
+time to live.
 """
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
+from checkout.exceptions import IdempotencyKeyInProgress, IdempotencyKeyReused
+from checkout.models import IdempotencyKey
 from orders.selectors import OrderView
-from payments import checkout
-from payments.checkout import OpenOrder
-from payments.exceptions import IdempotencyKeyInProgress, IdempotencyKeyReused
-from payments.models import IdempotencyKey
 from skincare import services as skincare_services
-from skincare.db import atomic_refusals_commit, retry_transient
 from skincare.errors import DomainError
 from skincare.locks import require_transaction
 
@@ -35,9 +31,9 @@ class Refusal(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class KeyedCheckout:
-    """The answer to a keyed checkout: the order placed, or the refusal; ``replayed`` when it is the stored answer
-    of an earlier request with the same key."""
+class Placed:
+    """The answer to a checkout: the order placed, or (under a key) the stored refusal; ``replayed`` when it is the
+    stored answer of an earlier request with the same key."""
 
     order: OrderView | None = None
     refusal: Refusal | None = None
@@ -90,7 +86,7 @@ def claim_key(*, customer: User, key: str, fingerprint: str) -> int | None:
     return None if claimed is None else int(claimed[0])
 
 
-def replay(*, customer: User, key: str, fingerprint: str) -> KeyedCheckout:
+def replay(*, customer: User, key: str, fingerprint: str) -> Placed:
     """The stored answer of an earlier request with ``key``; another body under the same key is refused."""
     stored = IdempotencyKey.objects.filter(customer=customer, key=key).first()
     if stored is None or stored.fingerprint != fingerprint:
@@ -98,8 +94,8 @@ def replay(*, customer: User, key: str, fingerprint: str) -> KeyedCheckout:
     if stored.response_status is None or stored.response_body is None:
         raise IdempotencyKeyInProgress(idempotency_key=key)
     if stored.response_status >= 400:
-        return KeyedCheckout(refusal=Refusal(stored.response_status, stored.response_body), replayed=True)
-    return KeyedCheckout(order=OrderView.from_json(stored.response_body, customer_id=customer.pk), replayed=True)
+        return Placed(refusal=Refusal(stored.response_status, stored.response_body), replayed=True)
+    return Placed(order=OrderView.from_json(stored.response_body, customer_id=customer.pk), replayed=True)
 
 
 def _store_answer(*, key_id: int, status: int, body: dict[str, Any]) -> None:
@@ -120,18 +116,22 @@ def _store_refusal(*, customer: User, key_id: int, exc: DomainError) -> Refusal:
 
 
 def run_keyed_checkout(
-    *, customer: User, key: str, fingerprint: str, open_order: Callable[[], OpenOrder]
-) -> KeyedCheckout:
-    """The one ``Idempotency-Key`` flow, inside the caller's ``@retry_transient @transaction.atomic`` service: of
-    ``POST /v1/checkout`` (:func:`checkout_idempotent`) and of ``POST /v1/carts/<id>/checkout``
-    (``carts.services.cart_checkout_idempotent``). ``open_order`` is the caller's first phase: everything it writes
-    before the stock (``payments.checkout.order_open``; for a cart, the cart's claim and its link to the order too).
+    *,
+    customer: User,
+    key: str,
+    fingerprint: str,
+    open_order: Callable[[], OrderView],
+    reserve_stock: Callable[[], OrderView],
+) -> Placed:
+    """The ``Idempotency-Key`` flow, inside the checkout's ``@retry_transient`` transaction
+    (``checkout.services.checkout_place``). ``open_order`` is the checkout's first phase: everything it writes before
+    the stock (for a cart, its claim and its link to the order too); ``reserve_stock`` its second.
 
     The key is claimed by the transaction's first statement (:data:`CLAIM_KEY_SQL`); a key used before is answered by
     :func:`replay`. Then a savepoint, ``open_order()``, the order stored as the key's 201 answer, and
-    ``payments.checkout.order_stock_reserve``: the answer is stored before the stock is reserved, so no extra
-    statement runs while a stock row is locked. A replayable client error (:func:`replayable`: 409 stock_conflict, 422 invalid_product, a
-    cart's 404/409/410, …) rolls back to the savepoint and is stored as the answer instead. A retryable error (with
+    ``reserve_stock()``: the answer is stored before the stock is reserved, so no extra statement runs while a stock
+    row is locked. A replayable client error (:func:`replayable`: 409 stock_conflict, 422 invalid_product, a cart's
+    404/409/410, …) rolls back to the savepoint and is stored as the answer instead. A retryable error (with
     Retry-After) or a 5xx rolls the whole transaction back, the key included, so a retry with the key runs again.
     """
     require_transaction()
@@ -140,9 +140,9 @@ def run_keyed_checkout(
         return replay(customer=customer, key=key, fingerprint=fingerprint)
     savepoint = transaction.savepoint()
     try:
-        opened = open_order()
-        _store_answer(key_id=key_id, status=201, body=opened.order.to_json())
-        order = checkout.order_stock_reserve(opened=opened)
+        order = open_order()
+        _store_answer(key_id=key_id, status=201, body=order.to_json())
+        order = reserve_stock()
     except DomainError as exc:
         if not replayable(exc):
             raise
@@ -151,25 +151,10 @@ def run_keyed_checkout(
         # refuses every statement, the ROLLBACK TO SAVEPOINT included, while it is set) and the refusal is stored.
         transaction.set_rollback(False)
         transaction.savepoint_rollback(savepoint)
-        return KeyedCheckout(refusal=_store_refusal(customer=customer, key_id=key_id, exc=exc))
+        return Placed(refusal=_store_refusal(customer=customer, key_id=key_id, exc=exc))
     # The savepoint is never released: COMMIT releases it, and a RELEASE would be one more round trip while a stock
     # row is locked.
-    return KeyedCheckout(order=order)
-
-
-@retry_transient
-@atomic_refusals_commit
-def checkout_idempotent(
-    *, customer: User, items: Iterable[tuple[int, int]], key: str, fingerprint: str
-) -> KeyedCheckout:
-    """``payments.checkout.checkout`` under an ``Idempotency-Key`` (scoped to the customer; ``fingerprint`` is the
-    request body's), by :func:`run_keyed_checkout`. The same key with another body → IdempotencyKeyReused."""
-    return run_keyed_checkout(
-        customer=customer,
-        key=key,
-        fingerprint=fingerprint,
-        open_order=lambda: checkout.order_open(customer=customer, items=items),
-    )
+    return Placed(order=order)
 
 
 def idempotency_keys_prune() -> int:

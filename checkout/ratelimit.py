@@ -1,10 +1,11 @@
-"""The checkout's rate limit (``CHECKOUT_RATE_LIMIT``): counted per customer in the view, before the checkout's
-transaction (an unkeyed checkout that the sold-out memory refuses is answered before it, uncounted)."""
+"""The checkout's rate limit (``CHECKOUT_RATE_LIMIT``): counted per customer by
+``checkout.services.checkout_place``, before the checkout's transaction (a checkout of items without a key that the
+sold-out memory refuses is answered before it, uncounted)."""
 
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from payments.exceptions import RateLimited
+from checkout.exceptions import RateLimited
 from skincare import services as skincare_services
 from skincare.validation import parse_rate
 

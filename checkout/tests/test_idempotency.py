@@ -8,12 +8,13 @@ from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
+from checkout import idempotency
+from checkout import services as checkouts
+from checkout.models import IdempotencyKey
 from devtools.testing import assert_invariants, run_concurrently
 from inventory.models import Inventory, StockBucket, StockMovement
 from orders.models import Order, Reservation
-from payments import checkout as checkouts
-from payments import idempotency
-from payments.models import IdempotencyKey, PaymentAttempt
+from payments.models import PaymentAttempt
 from skincare.errors import ServiceBusy
 
 
@@ -142,11 +143,11 @@ def test_a_503_is_not_stored_and_the_retry_runs(api, make_product, monkeypatch):
     real = checkouts.order_stock_reserve
     calls = []
 
-    def busy_once(*, opened):
+    def busy_once(state):
         calls.append(1)
         if len(calls) == 1:
             raise ServiceBusy()
-        return real(opened=opened)
+        return real(state)
 
     monkeypatch.setattr(checkouts, "order_stock_reserve", busy_once)
 
@@ -162,9 +163,9 @@ def test_a_503_is_not_stored_and_the_retry_runs(api, make_product, monkeypatch):
 
 
 def keyed_checkout(customer, product_id, key):
-    return idempotency.checkout_idempotent(
+    return checkouts.checkout_place(
         customer=customer,
-        items=[(product_id, 1)],
+        quantities={product_id: 1},
         key=key,
         fingerprint="f" * 64,
     )
@@ -197,7 +198,7 @@ def test_fifty_concurrent_requests_with_one_key_make_one_order(make_product, cus
 def test_control_without_the_key_claim_fifty_retries_make_many_orders(make_product, customer, monkeypatch, settings):
     """The same storm against a naive claim (look the key up, and go ahead when it is not there yet): every request
     looks before any has written, so each one checks out."""
-    from payments.models import IdempotencyKey as Key
+    from checkout.models import IdempotencyKey as Key
 
     settings.MAX_PENDING_ORDERS_PER_CUSTOMER = 0
     product = make_product(stock=100)
@@ -227,11 +228,11 @@ def test_a_duplicate_waits_for_the_first_and_the_wait_is_bounded(make_product, c
     inside, release = threading.Event(), threading.Event()
     real = checkouts.order_stock_reserve
 
-    def held(*, opened):
+    def held(state):
         if threading.current_thread().name == "first":
             inside.set()
             assert release.wait(timeout=60)
-        return real(opened=opened)
+        return real(state)
 
     monkeypatch.setattr(checkouts, "order_stock_reserve", held)
     results = {}

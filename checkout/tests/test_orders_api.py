@@ -1,7 +1,7 @@
 import pytest
 from rest_framework.test import APIClient
 
-from payments.testing import place_order
+from checkout.testing import place_order
 
 pytestmark = pytest.mark.django_db
 
