@@ -14,7 +14,7 @@ profile ending with locustfile.py's invariant checks (``audit_inventory``, no ov
   client time-outs); its latencies, the 503s' among them, are reported, not judged.
 
 Every profile goes through the front production uses: HAProxy (devtools/haproxy.py) in front of gunicorn, one
-request per worker thread, the rest queued at most ``timeout queue`` (devtools.haproxy.QUEUE_TIMEOUT_MS) and then
+request per worker thread, the rest queued at most ``timeout queue`` (deploy.haproxy.render.QUEUE_TIMEOUT_MS) and then
 answered 503 + Retry-After + ``X-Shed-By: front`` (docs/runbooks/overload.md#a-fast-503-never-a-time-out). The
 buyers obey Retry-After (locustfile.py); the summary tells the front's 503s from the application's. ``--front none``
 serves gunicorn directly, the shape without shedding (requests wait in the kernel's accept backlog instead).
@@ -197,7 +197,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def front_latencies(front_log: Path, offset: int) -> dict[str, dict[str, Any]]:
-    """The front's own view of the lines HAProxy wrote after ``offset`` (devtools.haproxy.LOG_FORMAT): every request's
+    """The front's own view of the lines HAProxy wrote after ``offset`` (deploy.haproxy.render.LOG_FORMAT): every request's
     time queued at the front (``tw``), and the 503s the front answered itself when the queue timeout ran out
     (termination state ``sQ``): how many, and their time in the front (``ta``, request to answer)."""
     queued: list[float] = []

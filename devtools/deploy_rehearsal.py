@@ -144,7 +144,7 @@ def min_shoppers(workers: int) -> int:
 
 
 def front(servers: dict[str, int], workers: int) -> HAProxy:
-    """HAProxy as production runs it: its queue timeout (devtools.haproxy's, the one place the bound is set, no
+    """HAProxy as production runs it: its queue timeout (deploy.haproxy.render's, the one place the bound is set, no
     rehearsal's own) and one request at a time per worker thread."""
     return HAProxy(servers, maxconn=workers * web_threads())
 

@@ -1,7 +1,7 @@
 """HAProxy in front of the gunicorn instances, for ``make scaleout``, ``make deploy-rehearsal``, ``make loadtest`` and
 the tests (Debian's ``haproxy`` 2.6, installed by ``make haproxy-deps``). The configuration is production's own,
-``deploy/haproxy/haproxy.cfg.template``: :func:`render_config` fills in its placeholders (addresses, ports, limits)
-and nothing else, and ``python -m devtools.haproxy`` renders it for a production host.
+``deploy/haproxy/haproxy.cfg.template``, rendered by production's own ``deploy.haproxy.render.render_config`` (its
+placeholders filled in, nothing else), which is what ``python -m deploy.haproxy.render`` prints for a host.
 
 - the client's address and scheme: the front removes any ``X-Forwarded-For``, ``X-Forwarded-Proto`` (and the
   other forwarding headers) a client sent, then appends the connection's own address (``option forwardfor``) and
@@ -19,8 +19,8 @@ and nothing else, and ``python -m devtools.haproxy`` renders it for a production
 - the runtime API (a Unix socket, ``level admin``) drains an instance (``set server web/NAME state drain``: no new
   requests, the ones in flight finish) and puts it back (``state ready``): :meth:`HAProxy.drain`, :meth:`ready`.
 
-:func:`render_config` reads only the template (``skincare/tests/test_rehearsal_config.py`` checks what it
-promises); the process is started on a free port on 127.0.0.1 and stopped by its pid.
+``render_config`` reads only the template (``skincare/tests/test_rehearsal_config.py`` checks what it promises);
+the process is started on a free port on 127.0.0.1 and stopped by its pid.
 """
 
 from __future__ import annotations
@@ -33,68 +33,19 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from string import Template
 from types import TracebackType
 
-from devtools.processes import ROOT, free_port
+from deploy.haproxy.render import MAX_CLIENTS, QUEUE_TIMEOUT_MS, render_config
+from devtools.processes import free_port
 
-TEMPLATE = ROOT / "deploy" / "haproxy" / "haproxy.cfg.template"
-ERRORFILE_503 = ROOT / "deploy" / "haproxy" / "503.http"
 BACKEND = "web"
-# The bound: a request that cannot start on a worker within this long after it reached the front is answered 503 with
-# Retry-After (the errorfile) instead of waiting on (docs/runbooks/overload.md#a-fast-503-never-a-time-out).
-QUEUE_TIMEOUT_MS = 2000
-MAX_CLIENTS = 4000
-# One line per request: what ``bench.loadtest`` reads for the front's own answers (%tsc: the termination state, "sQ"
-# when the queue timeout answered; %Tw: ms queued; %Ta: ms from the request to the end of its answer).
-LOG_FORMAT = '{"status":%ST,"tsc":"%tsc","tw":%Tw,"ta":%Ta,"method":"%HM","path":"%HPO"}'
 
 
 def binary() -> str | None:
     """The haproxy executable (Debian installs it in /usr/sbin, not always on PATH)."""
     return shutil.which("haproxy") or ("/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None)
-
-
-def render_config(
-    *,
-    servers: Mapping[str, int | str],
-    admin_socket: Path | str,
-    maxconn: int,
-    port: int | None = None,
-    binds: Sequence[str] = (),
-    queue_timeout_ms: int = QUEUE_TIMEOUT_MS,
-    server_timeout_ms: int = 30_000,
-    errorfile: Path | str = ERRORFILE_503,
-    max_clients: int = MAX_CLIENTS,
-    log_requests: bool = False,
-    template: Path = TEMPLATE,
-) -> str:
-    """The whole haproxy.cfg: ``template`` (production's) with its placeholders filled in. The frontend listens on
-    127.0.0.1:``port`` and/or each of ``binds`` (a ``bind`` line's arguments, e.g. ``:443 ssl crt /etc/haproxy/shop.pem``);
-    the backend is ``servers``: name → a port on 127.0.0.1, or ``host:port``. A placeholder left unfilled is an
-    error (``KeyError``), never an empty value."""
-    bind_lines = ([f"127.0.0.1:{port}"] if port is not None else []) + list(binds)
-    if not bind_lines or not servers:
-        raise ValueError("the front needs at least one bind address and one server")
-    values = {
-        "max_clients": max_clients,
-        "admin_socket": admin_socket,
-        "global_log": "    log stdout format raw local0" if log_requests else "",
-        "defaults_log": f"    log global\n    log-format '{LOG_FORMAT}'" if log_requests else "    option httplog",
-        "server_timeout_ms": server_timeout_ms,
-        "queue_timeout_ms": queue_timeout_ms,
-        "errorfile": errorfile,
-        "binds": "\n".join(f"    bind {line}" for line in bind_lines),
-        "maxconn": maxconn,
-        "servers": "\n".join(
-            f"    server {name} {f'127.0.0.1:{where}' if isinstance(where, int) else where} check"
-            for name, where in servers.items()
-        ),
-    }
-    return Template(template.read_text()).substitute(values)
 
 
 def parse_stat(text: str) -> dict[str, dict[str, str]]:
@@ -218,39 +169,3 @@ class HAProxy:
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Print production's haproxy.cfg for the given addresses (the same template every rehearsal runs)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m devtools.haproxy", description="Render deploy/haproxy/haproxy.cfg.template for a host."
-    )
-    parser.add_argument("--bind", action="append", required=True, help="a bind line's arguments (repeatable)")
-    parser.add_argument("--server", action="append", required=True, help="NAME=HOST:PORT of a gunicorn instance")
-    parser.add_argument(
-        "--maxconn", type=int, required=True, help="requests at once per instance: WEB_CONCURRENCY x WEB_THREADS"
-    )
-    parser.add_argument("--admin-socket", default="/run/haproxy/admin.sock")
-    parser.add_argument("--errorfile", default="/etc/haproxy/errors/503.http", help="where deploy/haproxy/503.http is")
-    parser.add_argument("--max-clients", type=int, default=MAX_CLIENTS)
-    args = parser.parse_args(argv)
-    servers = dict(item.split("=", 1) for item in args.server if "=" in item)
-    if len(servers) != len(args.server):
-        parser.error("--server takes NAME=HOST:PORT")
-    print(
-        render_config(
-            binds=args.bind,
-            servers=servers,
-            admin_socket=args.admin_socket,
-            maxconn=args.maxconn,
-            errorfile=args.errorfile,
-            max_clients=args.max_clients,
-        ),
-        end="",
-    )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
 """The front owns the client's address: through a real HAProxy running production's configuration
-(``deploy/haproxy/haproxy.cfg.template``, rendered by devtools/haproxy.py) in front of real gunicorn, a client's own
+(``deploy/haproxy/haproxy.cfg.template``, rendered by deploy/haproxy/render.py) in front of real gunicorn, a client's own
 ``X-Forwarded-For`` (and ``X-Forwarded-Proto``, ``Forwarded``, ...) never reaches the application; the front writes
 the address the connection came from. So a client cannot choose the address the admin login throttle counts it
 under. The controls run the front's old configuration, which passed the client's headers on (no ``del-header``, no

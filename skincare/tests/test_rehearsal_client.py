@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from devtools import deploy_rehearsal, haproxy
+from deploy.haproxy import render
+from devtools import deploy_rehearsal
 from devtools.failover_proof import Call
 from devtools.processes import http_call
 from devtools.rehearsal_client import Recorder, Tally, failed, tally, verdict
@@ -200,7 +201,7 @@ def test_fewer_requests_or_shoppers_than_stated_fail_the_run():
 
 def test_the_deploy_rehearsal_runs_productions_front_with_every_worker_busy():
     lb = deploy_rehearsal.front({"web0": 9000, "web1": 9001}, workers=3)
-    assert lb.queue_timeout_ms == haproxy.QUEUE_TIMEOUT_MS and lb.maxconn == 3 * 4  # a request per worker thread
+    assert lb.queue_timeout_ms == render.QUEUE_TIMEOUT_MS and lb.maxconn == 3 * 4  # a request per worker thread
     args = deploy_rehearsal.parse_args([])
     slots = deploy_rehearsal.INSTANCES * args.workers * 4  # WEB_THREADS' default
     assert args.shoppers == deploy_rehearsal.min_shoppers(args.workers) >= 2 * slots

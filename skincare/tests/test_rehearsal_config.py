@@ -3,23 +3,28 @@ configuration, the deploy rehearsal's scratch migration (the migration guard acc
 fabricated histories (each kind of wrong restore is reported). ``make deploy-rehearsal`` and
 ``make restore-rehearsal`` run them for real; they are not part of ``make test``."""
 
+import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 
+from deploy.haproxy import render
 from devtools import haproxy, pgbackrest
 from devtools.deploy_rehearsal import SCRATCH, orders_leaf, scratch_migrations
 from devtools.failover_proof import Call, Snapshot
 from devtools.migration_guard import check_statements, migration_sql
+from devtools.processes import ROOT
 from devtools.restore_proof import after_problems, split_at
 from devtools.restore_rehearsal import unarchived_bytes
 
 
 def render_haproxy(tmp_path: Path) -> str:
-    return haproxy.render_config(
+    return render.render_config(
         port=8080,
         servers={"web0": 9000, "web1": 9001},
         admin_socket=tmp_path / "admin.sock",
@@ -36,8 +41,8 @@ def test_haproxy_checks_readyz_bounds_the_queue_and_answers_503_with_retry_after
     assert "maxconn 2" in config.split("default-server", 1)[1].splitlines()[0]
     assert "server web0 127.0.0.1:9000 check" in config and "server web1 127.0.0.1:9001 check" in config
     assert f"stats socket {tmp_path / 'admin.sock'} mode 600 level admin" in config
-    errorfile = haproxy.ERRORFILE_503.read_bytes()
-    assert f"errorfile 503 {haproxy.ERRORFILE_503}" in config
+    errorfile = render.ERRORFILE_503.read_bytes()
+    assert f"errorfile 503 {render.ERRORFILE_503}" in config
     head, _, body = errorfile.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503 ") and b"\r\nRetry-After: 2" in head
     assert b"\r\nX-Shed-By: front" in head  # tells the front's 503 from the application's own
@@ -45,23 +50,23 @@ def test_haproxy_checks_readyz_bounds_the_queue_and_answers_503_with_retry_after
 
 
 def test_haproxy_holds_every_client_of_a_crowd_and_logs_each_request_when_asked(tmp_path):
-    config = haproxy.render_config(
+    config = render.render_config(
         port=8080, servers={"web0": 9000}, admin_socket=tmp_path / "a.sock", maxconn=3, max_clients=6000
     )
     global_section, frontend = config.split("defaults", 1)[0], config.split("frontend shop", 1)[1].split("backend")[0]
     assert "maxconn 6000" in global_section and "maxconn 6000" in frontend
-    assert f"timeout queue {haproxy.QUEUE_TIMEOUT_MS}ms" in config  # the bound, stated once
+    assert f"timeout queue {render.QUEUE_TIMEOUT_MS}ms" in config  # the bound, stated once
     assert "log-format" not in config
-    logged = haproxy.render_config(
+    logged = render.render_config(
         port=8080, servers={"web0": 9000}, admin_socket=tmp_path / "a.sock", maxconn=3, log_requests=True
     )
-    assert "log stdout format raw" in logged and f"log-format '{haproxy.LOG_FORMAT}'" in logged
+    assert "log stdout format raw" in logged and f"log-format '{render.LOG_FORMAT}'" in logged
 
 
 @pytest.mark.haproxy
 @pytest.mark.parametrize("log_requests", [False, True])
 def test_haproxy_accepts_the_rendered_configuration(tmp_path, log_requests):
-    config = haproxy.render_config(
+    config = render.render_config(
         port=8080,
         servers={"web0": 9000, "web1": 9001},
         admin_socket=tmp_path / "admin.sock",
@@ -79,15 +84,23 @@ def fixed_lines(template: str) -> list[str]:
     return [line for line in template.splitlines() if "$" not in line]
 
 
-def test_the_rehearsals_and_production_run_the_one_shipped_front(tmp_path, capsys):
-    """devtools/haproxy.py fills in the placeholders of deploy/haproxy/haproxy.cfg.template and nothing else: every
-    other line of the template is in the rendered configuration, in order, for a rehearsal and for production."""
-    template = haproxy.TEMPLATE.read_text()
+def test_the_rehearsals_and_production_run_the_one_shipped_front(tmp_path):
+    """deploy/haproxy/render.py fills in the placeholders of deploy/haproxy/haproxy.cfg.template and nothing else:
+    every other line of the template is in the rendered configuration, in order, for a rehearsal (through
+    devtools/haproxy.py) and for production, whose host runs ``python -m deploy.haproxy.render`` with nothing of the
+    shop but the ``deploy`` directory."""
+    template = render.TEMPLATE.read_text()
     assert "http-request del-header X-Forwarded-For" in template and "option forwardfor" in template
-    rehearsal = render_haproxy(tmp_path)
-    haproxy.main(["--bind", ":443 ssl crt /etc/haproxy/shop.pem", "--bind", ":80", "--server", "web0=10.0.3.11:8000",
-                  "--server", "web1=10.0.3.12:8000", "--maxconn", "4"])  # fmt: skip
-    production = capsys.readouterr().out
+    rehearsal = render_haproxy(tmp_path / "rehearsal")
+    host = tmp_path / "host"
+    shutil.copytree(ROOT / "deploy", host / "deploy")
+    rendered = subprocess.run(
+        [sys.executable, "-m", "deploy.haproxy.render", "--bind", ":443 ssl crt /etc/haproxy/shop.pem",
+         "--bind", ":80", "--server", "web0=10.0.3.11:8000", "--server", "web1=10.0.3.12:8000", "--maxconn", "4"],
+        cwd=host, capture_output=True, text=True, check=False, env={"PATH": os.environ.get("PATH", "")},
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    production = rendered.stdout
     for config in (rehearsal, production):
         lines = iter(config.splitlines())
         assert all(any(line == rendered for rendered in lines) for line in fixed_lines(template))
@@ -98,9 +111,9 @@ def test_the_rehearsals_and_production_run_the_one_shipped_front(tmp_path, capsy
 
 def test_a_placeholder_left_unfilled_is_an_error(tmp_path):
     template = tmp_path / "haproxy.cfg.template"
-    template.write_text(haproxy.TEMPLATE.read_text() + "    timeout tunnel ${tunnel_timeout}\n")
+    template.write_text(render.TEMPLATE.read_text() + "    timeout tunnel ${tunnel_timeout}\n")
     with pytest.raises(KeyError, match="tunnel_timeout"):
-        haproxy.render_config(servers={"web0": 9000}, port=8080, admin_socket="a.sock", maxconn=1, template=template)
+        render.render_config(servers={"web0": 9000}, port=8080, admin_socket="a.sock", maxconn=1, template=template)
 
 
 def test_haproxy_show_stat_is_read_per_server():
