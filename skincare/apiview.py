@@ -10,6 +10,8 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 
@@ -18,7 +20,8 @@ class ApiView(APIView):
     made once per view class instead: the renderer, parser, authentication and permission instances (none keeps
     state of a request, so the threads of a worker share them) and the ``Allow`` header. Throttles stay DRF's, new
     per request: a throttle keeps the request it judges (its key, its history). The per-request work left is the request's own: its
-    authentication, its body, the view, the answer."""
+    authentication, its body, the view, the answer; and once the answer is rendered, the view lets go of
+    what it held (``_release_cycles``), so nothing waits for the cyclic garbage collector."""
 
     def get_renderers(self) -> list[BaseRenderer]:
         return _instances(self.renderer_classes)
@@ -39,6 +42,20 @@ class ApiView(APIView):
         if headers is None:
             headers = _HEADERS[cls] = super().default_response_headers
         return dict(headers)
+
+    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response.add_post_render_callback(self._release_cycles)
+        return response
+
+    def _release_cycles(self, response: Response) -> None:
+        """Once the answer is rendered, let go of what rendering needed. DRF's view, request and response refer to
+        each other (the view holds both; the request's parser context and the response's renderer context hold
+        the view and themselves), so without this all three, with the request's body and headers, wait for
+        Python's cyclic garbage collector; with it, reference counting frees them when the server is done."""
+        self.request.parser_context = {}
+        response.renderer_context = {}  # type: ignore[attr-defined]  # DRF sets it; its stubs do not declare it
+        self.__dict__.clear()
 
 
 # Each list of classes a view names (by identity: the list itself is kept, so its id is never reused), with one

@@ -3,11 +3,16 @@ for every request (the parser and renderer that read and write in one call, the 
 what DRF's own classes give."""
 
 import datetime
+import gc
 import io
 import uuid
 from decimal import Decimal
 
 import pytest
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework import parsers, renderers
 from rest_framework.exceptions import ParseError
@@ -131,3 +136,57 @@ def test_a_body_nested_deeper_than_the_limit_is_refused_however_few_its_other_br
     assert parse(wide) == [[]] * (5 * MAX_JSON_DEPTH + 1)
     brackets_in_strings = b'["' + b"[" * (5 * MAX_JSON_DEPTH) + b'"]'  # control: brackets that open nothing
     assert parse(brackets_in_strings) == ["[" * (5 * MAX_JSON_DEPTH)]
+
+
+def _leftover_cycles(send) -> int:
+    """How many objects ``send()`` leaves that only the cyclic garbage collector can free (after a warm-up call)."""
+    send()
+    gc.collect()
+    gc.disable()
+    try:
+        send()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        return gc.collect()
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+@pytest.fixture
+def test_transaction_kept():
+    """As Django's test client does: requests leave the test's transaction (and its connection) alone."""
+    for signal in (request_started, request_finished):
+        signal.disconnect(close_old_connections)
+    yield
+    for signal in (request_started, request_finished):
+        signal.connect(close_old_connections)
+
+
+@pytest.mark.django_db
+def test_an_api_request_leaves_nothing_for_the_cyclic_garbage_collector(
+    make_product, monkeypatch, test_transaction_kept
+):
+    handler = WSGIHandler()
+    product = make_product(stock=3)
+    factory = RequestFactory()
+
+    def sender(request, status):
+        def send():
+            answered = []
+            response = handler(request().environ, lambda line, headers, exc_info=None: answered.append(line))
+            b"".join(response)
+            response.close()  # as a WSGI server does (nothing in the test keeps the response either)
+            assert answered[0].startswith(status)
+
+        return send
+
+    answers = [
+        sender(lambda: factory.get(f"/v1/products/{product.pk}"), "200"),
+        sender(lambda: factory.post("/v1/checkout", b"{}", content_type="application/json"), "401"),  # an error
+    ]
+    assert [_leftover_cycles(send) for send in answers] == [0, 0]
+    # Control: without the release after rendering, DRF's view, request and response hold each other (and the
+    # request's body, headers ...) until the collector walks them.
+    monkeypatch.setattr(ApiView, "_release_cycles", lambda self, response: None)
+    assert all(_leftover_cycles(send) > 10 for send in answers)
