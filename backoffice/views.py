@@ -11,14 +11,21 @@ from django.urls import reverse
 
 from backoffice import saleboard
 from orders.models import Order
+from skincare.errors import error_response
+from skincare.validation import BIGINT_MAX
 
 REFRESH_MS = 2000
 PERMISSION = "orders.view_order"
 
 
-def _pinned(request: HttpRequest) -> list[int]:
-    """``?product=101&product=102``: always shown, whatever their window (non-numbers are ignored)."""
-    return [int(v) for v in request.GET.getlist("product") if v.isdigit() and len(v) < 10]
+def _pinned(request: HttpRequest) -> list[int] | None:
+    """``?product=101&product=102``: always shown, whatever their window. None when one of them is not a product id
+    (a whole number in 1 … 2^63 - 1)."""
+    values = request.GET.getlist("product")
+    ids = [int(v) for v in values if v.isascii() and v.isdigit() and len(v) <= len(str(BIGINT_MAX))]
+    if len(ids) != len(values) or not all(0 < i <= BIGINT_MAX for i in ids):
+        return None
+    return ids
 
 
 def _require_permission(request: HttpRequest) -> None:
@@ -42,6 +49,14 @@ def board_view(request: HttpRequest) -> HttpResponse:
 
 def board_data_view(request: HttpRequest) -> HttpResponse:
     _require_permission(request)
-    response = JsonResponse(saleboard.board(pinned=_pinned(request)))
+    pinned = _pinned(request)
+    if pinned is None:
+        return error_response(
+            "The request is invalid.",
+            "invalid_request",
+            http_status=400,
+            fields={"product": [f"each a product id: a whole number in 1 … {BIGINT_MAX}"]},
+        )
+    response = JsonResponse(saleboard.board(pinned=pinned))
     response["Cache-Control"] = "no-store"
     return response

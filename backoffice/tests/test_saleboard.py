@@ -78,6 +78,29 @@ def test_anonymous_is_sent_to_the_login_page(client):
     assert reverse("admin:login") in response["Location"]
 
 
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "٣", str(2**63), "9" * 40, ""])
+def test_a_pinned_product_that_is_not_a_product_id_is_refused(viewer, make_product, value):
+    product = make_product(stock=5)
+    response = viewer.get(reverse(DATA), {"product": [product.pk, value]})
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_request"
+    assert list(response.json()["fields"]) == ["product"]
+
+
+def test_a_pinned_product_is_shown_whatever_the_size_of_its_id(viewer, make_product):
+    with connection.cursor() as cursor:  # ids of thirteen digits from here on (sequences ignore the rollback)
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('products', 'id'), greatest(last_value, 10^12)::bigint) "
+            "FROM products_id_seq"
+        )
+    product = make_product(stock=5)
+    assert len(str(product.pk)) >= 13  # an id the board once dropped as "not a number" (more than nine digits)
+    largest = 2**63 - 1  # no such product: nothing to show, and no error
+    response = viewer.get(reverse(DATA), {"product": [product.pk, largest]})
+    assert response.status_code == 200
+    assert product_on_board(response.json(), product.pk)["id"] == product.pk
+
+
 def test_the_page_needs_no_external_script(viewer):
     response = viewer.get(reverse(PAGE))
     assert response.status_code == 200
@@ -158,7 +181,7 @@ def test_sale_window_state_and_buckets(viewer, make_product):
     assert 80 < board["window"]["seconds_to_start"] <= 90
     assert [(b["bucket"], b["available"]) for b in board["buckets"]] == [(0, 4), (1, 4), (2, 4), (3, 4)]
     pinned = make_product(stock=1)
-    data = viewer.get(reverse(DATA), {"product": [str(pinned.pk), "x"]}).json()
+    data = viewer.get(reverse(DATA), {"product": [str(pinned.pk)]}).json()
     assert product_on_board(data, pinned.pk)["window"]["state"] == "no_window"
 
 
