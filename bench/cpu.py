@@ -176,9 +176,10 @@ def _queue_polls(handler: Any, token: str) -> dict[str, Callable[[], bytes]]:
             "WHERE id = %s",
             [QUEUE_POSITION, queue_pass.pass_id],
         )
-    signed = passtoken.SignedPass(
-        pass_id=queue_pass.pass_id, product_id=product_id, customer_id=customer.pk, position=QUEUE_POSITION
-    )
+    fields = {"pass_id": queue_pass.pass_id, "product_id": product_id, "customer_id": customer.pk}
+    if hasattr(queue_pass, "queue_created_us"):  # a pass names its queue (an A/B's older side: it does not)
+        fields["queue_created_us"] = queue_pass.queue_created_us
+    signed = passtoken.SignedPass(position=QUEUE_POSITION, **fields)
     path = f"/v1/queue/passes/{queue_pass.pass_id}"
     header = {passtoken.META_HEADER: passtoken.pass_sign(signed)}
     return {

@@ -92,7 +92,11 @@ def queue_passes(product_id: int, stock: int, prefix: str, tokens_json: str, out
         if queue_pass is None or queue_pass.state != selectors.WAITING or queue_pass.position is None:
             raise SystemExit(f"{name}'s pass of product {product_id} is not waiting in place: {queue_pass}")
         signed = passtoken.SignedPass(
-            pass_id=queue_pass.pass_id, product_id=product_id, customer_id=customer_id, position=queue_pass.position
+            pass_id=queue_pass.pass_id,
+            product_id=product_id,
+            customer_id=customer_id,
+            position=queue_pass.position,
+            queue_created_us=queue_pass.queue_created_us,
         )
         lines.append(f"{token} {queue_pass.pass_id} {passtoken.pass_sign(signed)}\n")
     with open(out, "w") as fh:

@@ -990,6 +990,31 @@ MUTATIONS = [
         ("waitingroom/tests/test_signed_pass.py::test_another_customers_pass_is_refused",),
     ),
     Mutation(
+        "queue-pass-outlives-its-queue",
+        "a signed pass of the product's earlier queue (since reset) is not refused",
+        "waitingroom/selectors.py",
+        "pass_poll",
+        "raise QueuePassOutdated(pass_id=signed.pass_id)",
+        "pass",
+        (
+            "waitingroom/tests/test_signed_pass.py::"
+            "test_a_pass_of_the_products_earlier_queue_is_gone_once_the_queue_is_reset",
+        ),
+    ),
+    Mutation(
+        "queue-pass-any-queues-counters",
+        "a signed pass is answered from whatever queue counters the process holds, of its own queue or not",
+        "waitingroom/selectors.py",
+        "pass_poll",
+        "if counters is not None and signed.queue_created_us == counters.created_us:",
+        "if counters is not None:",
+        (
+            "waitingroom/tests/test_signed_pass.py::"
+            "test_a_pass_newer_than_the_counters_a_process_holds_is_answered_by_the_database",
+            "waitingroom/tests/test_signed_pass.py::test_a_pass_signed_without_its_queue_is_polled_through_the_database",
+        ),
+    ),
+    Mutation(
         "poll-placements-per-pass",
         "a pass signed before the opening reads its position from the database at its first poll (no placements)",
         "waitingroom/selectors.py",

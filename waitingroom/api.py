@@ -26,6 +26,7 @@ def signed_answer(queue_pass: selectors.PassView, customer_id: int) -> tuple[dic
             product_id=queue_pass.product_id,
             customer_id=customer_id,
             position=queue_pass.position,
+            queue_created_us=queue_pass.queue_created_us,
         )
     )
     body = queue_pass.to_json()
@@ -76,7 +77,8 @@ class QueueApi(ApiView):
 class QueuePassApi(ApiView):
     """``/v1/queue/passes/<id>``: the same body, by the pass's id (another customer's pass is a 404). With the
     signed pass (header or cookie) a waiting pass is answered without the database; a signed pass that is forged
-    or another customer's is refused (403 ``queue_pass_invalid``), a pass that no longer exists is a 404; an answer
+    or another customer's is refused (403 ``queue_pass_invalid``), a pass of a queue since reset or re-created is
+    gone (410 ``queue_pass_outdated``), a pass that no longer exists is a 404; an answer
     that places the pass since it was signed carries a new signed pass (body and cookie)."""
 
     @schemas.QUEUE_PASS

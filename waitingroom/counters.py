@@ -24,11 +24,12 @@ from django.db import connection
 from inventory.selectors import STOCK_SUM_SQL
 
 # Every queue's counters, its product's sale window and stock, and the database's clock, all in seconds since the
-# epoch: one statement for every queue (a shop runs a handful at once). ``created_at`` tells a re-created queue
-# (``flash_sale_setup --queue``: its positions start again at 1) from the one this process read before.
+# epoch: one statement for every queue (a shop runs a handful at once). ``created_us`` (the queue's creation instant,
+# whole microseconds) tells a re-created queue (``flash_sale_setup --queue``: its positions start again at 1) from the
+# one this process read before, and a signed pass of an earlier queue from one of this queue.
 QUEUE_COUNTERS_SQL = f"""
 SELECT q.product_id, q.admit_per_second, q.paused, q.admitted_through, q.positioned_through,
-       extract(epoch FROM q.created_at)::float8,
+       (extract(epoch FROM q.created_at) * 1000000)::bigint,
        extract(epoch FROM p.sale_starts_at)::float8, extract(epoch FROM p.sale_ends_at)::float8,
        COALESCE(stock.available_stock, 0), COALESCE(stock.reserved_stock, 0), extract(epoch FROM now())::float8
 FROM product_queues q
@@ -59,7 +60,7 @@ class QueueCounters:
     paused: bool
     admitted_through: int
     positioned_through: int
-    created_at: float
+    created_us: int
     sale_starts_at: float | None
     sale_ends_at: float | None
     available: int
@@ -91,7 +92,7 @@ class Placements:
     """The positions this process read of one queue's passes: those in (the serving counter, ``through``], by pass
     id, and the same pass ids in position order (so the admitted ones are dropped from the front)."""
 
-    created_at: float
+    created_us: int
     through: int = 0
     positions: dict[int, int] = field(default_factory=dict)
     in_order: deque[int] = field(default_factory=deque)
@@ -157,8 +158,8 @@ def _placements_read() -> None:
     ranges: dict[int, tuple[int, int]] = {}
     for pid, counters in _counters.items():
         held = _placements.get(pid)
-        if held is None or held.created_at != counters.created_at:  # a queue new to this process, or re-created
-            held = Placements(created_at=counters.created_at)
+        if held is None or held.created_us != counters.created_us:  # a queue new to this process, or re-created
+            held = Placements(created_us=counters.created_us)
         held.drop_admitted(counters.admitted_through)
         wanted = held.wanted(counters)
         if wanted is not None:

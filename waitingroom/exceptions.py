@@ -73,6 +73,17 @@ class QueuePassInvalid(DomainError):
     pass_id: int
 
 
+class QueuePassOutdated(DomainError):
+    """The signed pass sent with a poll belongs to an earlier queue of the product: the queue was reset or re-created
+    since (a new sale), and its passes went with it. Final: join the new queue for a new pass."""
+
+    code = "queue_pass_outdated"
+    http_status = 410
+    default_message = "This pass was for an earlier queue of this product, which has since been reset: join again."
+
+    pass_id: int
+
+
 class AdmissionUsed(DomainError):
     """The customer's admission was already used by a checkout (one admission, one checkout): final, no Retry-After
     (stored under an Idempotency-Key like other client errors)."""

@@ -3,8 +3,9 @@ web node without the database.
 
 The token is ``django.core.signing``'s HMAC-SHA256 over a compact JSON object, keyed by ``SECRET_KEY`` (with
 ``SECRET_KEY_FALLBACKS`` for rotation) and a salt of its own, so no other signed value of the service is a valid pass.
-It carries the pass's id, product, customer and position (null until the pass is placed at the opening), and
-nothing of the pass's draw. It is signed, not encrypted: everything in it is the customer's own to see.
+It carries the pass's id, product, customer, position (null until the pass is placed at the opening) and its queue
+(the queue's creation instant: a queue reset or re-created is another queue, whose counters never answer an older
+pass), and nothing of the pass's draw. It is signed, not encrypted: everything in it is the customer's own to see.
 """
 
 from dataclasses import dataclass
@@ -24,11 +25,20 @@ class SignedPass:
     product_id: int
     customer_id: int
     position: int | None
+    # The creation instant of the pass's queue, whole microseconds since the epoch; None in a pass signed before
+    # passes named their queue (polled through the database, which is exact).
+    queue_created_us: int | None
 
 
 def pass_sign(signed: SignedPass) -> str:
     """The token for ``signed``."""
-    payload = {"i": signed.pass_id, "p": signed.product_id, "c": signed.customer_id, "n": signed.position}
+    payload = {
+        "i": signed.pass_id,
+        "p": signed.product_id,
+        "c": signed.customer_id,
+        "n": signed.position,
+        "q": signed.queue_created_us,
+    }
     return signing.Signer(salt=SALT).sign_object(payload)
 
 
@@ -64,8 +74,17 @@ def _unsign(token: str) -> SignedPass | None:
     if not isinstance(payload, dict):
         return None
     pass_id, product_id, customer_id, position = payload.get("i"), payload.get("p"), payload.get("c"), payload.get("n")
+    queue_created_us = payload.get("q")
     if not (isinstance(pass_id, int) and isinstance(product_id, int) and isinstance(customer_id, int)):
         return None
     if not (position is None or isinstance(position, int)):
         return None
-    return SignedPass(pass_id=pass_id, product_id=product_id, customer_id=customer_id, position=position)
+    if not (queue_created_us is None or isinstance(queue_created_us, int)):
+        return None
+    return SignedPass(
+        pass_id=pass_id,
+        product_id=product_id,
+        customer_id=customer_id,
+        position=position,
+        queue_created_us=queue_created_us,
+    )

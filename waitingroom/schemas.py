@@ -110,6 +110,9 @@ QUEUE_PASS = extend_schema(
         401: UNAUTHORIZED,
         403: error("The signed pass is forged, altered or not yours.", "queue_pass_invalid"),
         404: NOT_FOUND,
+        410: error(
+            "The signed pass is of the product's earlier queue (since reset): join again.", "queue_pass_outdated"
+        ),
         503: UNAVAILABLE,
         500: INTERNAL,
     },

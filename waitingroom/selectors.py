@@ -16,7 +16,8 @@ from django.db import connection
 
 from inventory.selectors import SALE_ENDED, SALE_STATE_SQL, SECONDS_TO_START_SQL, STOCK_SUM_SQL
 from skincare.timestamps import utc_z
-from waitingroom.counters import placed_position, queue_counters
+from waitingroom.counters import QueueCounters, placed_position, queue_counters
+from waitingroom.exceptions import QueuePassOutdated
 from waitingroom.models import PassState
 from waitingroom.passtoken import SignedPass
 
@@ -48,7 +49,8 @@ PASS_STATE_SQL = f"""CASE WHEN own.state = '{WAITING}'
 _PASS_SQL = f"""
 SELECT qp.id, qp.product_id, qp.position, qp.draw, qp.admitted_until, {PASS_STATE_SQL} AS state,
        q.admit_per_second, q.paused, q.admitted_through, {SECONDS_TO_START_SQL} AS seconds_to_start,
-       COALESCE(stock.available_stock, 0) AS available, COALESCE(stock.reserved_stock, 0) AS reserved
+       COALESCE(stock.available_stock, 0) AS available, COALESCE(stock.reserved_stock, 0) AS reserved,
+       (extract(epoch FROM q.created_at) * 1000000)::bigint AS queue_created_us
 FROM queue_passes qp
 JOIN product_queues q ON q.product_id = qp.product_id
 JOIN products p ON p.id = qp.product_id
@@ -73,6 +75,7 @@ class PassView:
     paused: bool
     admit_per_second: int
     units_may_return: bool  # waiting while no unit is available but some are reserved by unpaid orders
+    queue_created_us: int  # which queue the pass is in (signed with it, never shown: waitingroom.passtoken)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,7 +116,21 @@ def poll_before_opening_seconds(*, seconds_to_start: float) -> int:
 
 
 def _pass_view_from_row(row: tuple[Any, ...]) -> PassView:
-    (pass_id, product_id, position, _draw, admitted_until, state, pace, paused, through, to_start, available, _r) = row
+    (
+        pass_id,
+        product_id,
+        position,
+        _draw,
+        admitted_until,
+        state,
+        pace,
+        paused,
+        through,
+        to_start,
+        available,
+        _r,
+        queue,
+    ) = row
     ahead = eta = poll = None
     if state == WAITING:
         if to_start is not None:
@@ -138,6 +155,7 @@ def _pass_view_from_row(row: tuple[Any, ...]) -> PassView:
         paused=paused,
         admit_per_second=pace,
         units_may_return=state == WAITING and available <= 0,
+        queue_created_us=queue,
     )
 
 
@@ -159,22 +177,25 @@ def pass_poll(*, signed: SignedPass) -> PassView | None:
     counters (the answer carries a new signed pass with it). The database answers (:func:`pass_get`) what neither
     can: a pass placed since this process's last read (or beyond the placements it holds), one at or before the
     serving counter (admitted, used or expired: exact, with its ``admitted_until``), or of a queue this process does
-    not know. None: no such pass."""
+    not know, or a pass signed without its queue. None: no such pass.
+
+    A pass of an earlier queue (the queue was reset or re-created since it was signed) is refused
+    (QueuePassOutdated), as soon as this process's counters are of the new queue."""
     counters = queue_counters(product_id=signed.product_id)
     position = signed.position
-    if counters is not None:
+    if counters is not None and signed.queue_created_us is not None and signed.queue_created_us < counters.created_us:
+        raise QueuePassOutdated(pass_id=signed.pass_id)
+    if counters is not None and signed.queue_created_us == counters.created_us:
         to_start = counters.seconds_to_start()
         if position is None and to_start is not None:
             waiting = WAITING if not counters.sold_out() else SOLD_OUT
-            return _pass_view_from_counters(signed, None, counters.admit_per_second, counters.paused, waiting, to_start)
+            return _pass_view_from_counters(signed, None, counters, waiting, to_start)
         if position is None:
             position = placed_position(product_id=signed.product_id, pass_id=signed.pass_id)
         if position is not None and position > counters.admitted_through:
             ahead = position - counters.admitted_through - 1
             if counters.sold_out():
-                return _pass_view_from_counters(
-                    signed, position, counters.admit_per_second, counters.paused, SOLD_OUT, None
-                )
+                return _pass_view_from_counters(signed, position, counters, SOLD_OUT, None)
             pace, paused = counters.admit_per_second, counters.paused
             return PassView(
                 pass_id=signed.pass_id,
@@ -188,12 +209,13 @@ def pass_poll(*, signed: SignedPass) -> PassView | None:
                 paused=paused,
                 admit_per_second=pace,
                 units_may_return=counters.available <= 0,
+                queue_created_us=counters.created_us,
             )
     return pass_get(customer_id=signed.customer_id, pass_id=signed.pass_id)
 
 
 def _pass_view_from_counters(
-    signed: SignedPass, position: int | None, pace: int, paused: bool, state: str, to_start: float | None
+    signed: SignedPass, position: int | None, counters: QueueCounters, state: str, to_start: float | None
 ) -> PassView:
     """A pass before the opening (``to_start``) or sold out, from its signed copy and its queue's counters."""
     waiting = state == WAITING
@@ -206,9 +228,10 @@ def _pass_view_from_counters(
         eta_seconds=math.ceil(to_start) if waiting and to_start is not None else None,
         poll_after=poll_before_opening_seconds(seconds_to_start=to_start) if waiting and to_start is not None else None,
         admitted_until=None,
-        paused=paused,
-        admit_per_second=pace,
+        paused=counters.paused,
+        admit_per_second=counters.admit_per_second,
         units_may_return=False,
+        queue_created_us=counters.created_us,
     )
 
 

@@ -315,7 +315,10 @@ def measured_queue_polls(*, product: Any, customers: list[Any]) -> tuple[int, in
     position (as the re-signed pass carries it)."""
     queue_product(product, pace=1, starts_in=60)
     joined = [services.queue_join(customer=c, product_id=product.pk)[0] for c in customers]
-    signed = [SignedPass(p.pass_id, product.pk, c.pk, p.position) for p, c in zip(joined, customers, strict=True)]
+    signed = [
+        SignedPass(p.pass_id, product.pk, c.pk, p.position, p.queue_created_us)
+        for p, c in zip(joined, customers, strict=True)
+    ]
     assert {s.position for s in signed} == {None}
     sale_starts_in(product, -1)
     reset_queue_clock(product)
@@ -323,7 +326,10 @@ def measured_queue_polls(*, product: Any, customers: list[Any]) -> tuple[int, in
     counters.queue_counters_forget()
     first, placed = count_statements(lambda: [selectors.pass_poll(signed=s) for s in signed])
     assert sorted(p.position for p in placed) == list(range(1, len(customers) + 1))
-    again = [SignedPass(s.pass_id, product.pk, s.customer_id, p.position) for s, p in zip(signed, placed, strict=True)]
+    again = [
+        SignedPass(s.pass_id, product.pk, s.customer_id, p.position, s.queue_created_us)
+        for s, p in zip(signed, placed, strict=True)
+    ]
     next_polls, _ = count_statements(lambda: [selectors.pass_poll(signed=s) for s in again])
     return first, next_polls
 

@@ -32,7 +32,7 @@ def rotate(settings, fallbacks: list[str]) -> None:  # type: ignore[no-untyped-d
 @ROTATIONS
 def test_a_queue_pass_signed_with_the_previous_key(settings, fallbacks, accepted) -> None:  # type: ignore[no-untyped-def]
     settings.SECRET_KEY = OLD_KEY
-    signed = passtoken.SignedPass(pass_id=11, product_id=101, customer_id=7, position=3)
+    signed = passtoken.SignedPass(pass_id=11, product_id=101, customer_id=7, position=3, queue_created_us=1)
     token = passtoken.pass_sign(signed)
     rotate(settings, fallbacks)
     assert (passtoken._unsign(token) == signed) is accepted

@@ -295,3 +295,50 @@ def test_a_signed_polls_errors_are_the_apis_errors(api, make_product, monkeypatc
     services.queue_remove(product_id=product.pk)  # the queue and its passes gone
     counters.queue_counters_forget()
     same_answer(poll(api, url, token), api.get(url), 404)
+
+
+@pytest.mark.django_db(transaction=True)  # committed: the reset is a transaction of its own, as in production
+def test_a_pass_of_the_products_earlier_queue_is_gone_once_the_queue_is_reset(api, make_product):
+    product = make_product(stock=5)
+    url, token = placed_pass(api, product)
+    assert poll(api, url, token).json()["state"] == "waiting"  # the counters of the first queue, read
+    services.queue_reset(product_id=product.pk, admit_per_second=10)  # a new sale: the passes go with the old queue
+    counters.queue_counters_forget()  # as QUEUE_COUNTERS_MAX_AGE_SECONDS after the reset
+
+    gone = poll(api, url, token)
+    assert (gone.status_code, gone.json()["code"]) == (410, "queue_pass_outdated")
+    api.cookies.clear()
+    assert api.get(url).json()["code"] == "queue_not_found"  # control: the same poll without the pass (a 404)
+    new_url, new_token = join(api, product)
+    assert new_url != url
+    assert poll(api, new_url, new_token).json()["state"] == "waiting"  # the new queue's pass
+    assert poll(api, url, token).status_code == 410  # and the old one stays gone
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_newer_than_the_counters_a_process_holds_is_answered_by_the_database(api, make_product):
+    product = make_product(stock=5)
+    url, token = placed_pass(api, product)
+    poll(api, url, token)  # this process holds the first queue's counters
+    services.queue_reset(product_id=product.pk, admit_per_second=10)
+    new_url, new_token = join(api, product)  # the new queue's pass, polled before the counters are read again
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = poll(api, new_url, new_token)
+    assert (answer.status_code, answer.json()["state"]) == (200, "waiting")
+    assert len(queries) == 1  # the pass read from the database: never answered from an earlier queue's counters
+    QueuePass.objects.filter(pk=answer.json()["pass_id"]).delete()
+    assert poll(api, new_url, new_token).status_code == 404  # the database's answer, exact
+
+
+def test_a_pass_signed_without_its_queue_is_polled_through_the_database(api, make_product):
+    url, token = placed_pass(api, make_product(stock=5))
+    poll(api, url, token)
+    payload = signing.Signer(salt=passtoken.SALT).unsign_object(token)
+    del payload["q"]  # as passes were signed before they named their queue
+    unnamed = signing.Signer(salt=passtoken.SALT).sign_object(payload)
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = poll(api, url, unnamed)
+    assert (answer.status_code, answer.json()["position"]) == (200, 21)
+    assert len(queries) == 1  # control beside the fresh-counters test: no counters answer a pass of no known queue
