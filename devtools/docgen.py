@@ -41,6 +41,10 @@ ENV_METHODS = frozenset({"list", "bool", "int", "float", "str", "json", "url", "
 NOT_APPS = ("config", "deploy", "manage.py")
 
 
+# A row of the error table: status, codes (none for a success), when.
+Row = tuple[int, tuple[str, ...], str]
+
+
 class DocgenError(Exception):
     """What the code declares cannot make a right doc (an undeclared variable, a code in two rows, ...)."""
 
@@ -48,7 +52,7 @@ class DocgenError(Exception):
 # --- the error table ---------------------------------------------------------------------------------------------
 
 
-def error_rows() -> list[tuple[int, tuple[str, ...], str]]:
+def error_rows() -> list[Row]:
     """(status, codes, when) of each row of the README's error table, in order."""
     from django.apps import apps
 
@@ -66,7 +70,7 @@ def error_rows() -> list[tuple[int, tuple[str, ...], str]]:
         return app_order[config.name], cls.__module__, defined[code]
 
     classes = sorted((code for code, cls in declared.items() if cls.expose), key=place)
-    candidates = [(declared[code].http_status, (code,), declared[code].when) for code in classes]
+    candidates: list[Row] = [(declared[code].http_status, (code,), declared[code].when) for code in classes]
     for answer in FRAMEWORK_ANSWERS:
         unknown = sorted(set(answer.codes) - FRAMEWORK_CODES)
         if unknown:
@@ -80,15 +84,15 @@ def error_rows() -> list[tuple[int, tuple[str, ...], str]]:
     for status, codes, when in candidates:
         rows.setdefault((status, when), []).extend(codes)
     listed: dict[str, int] = {}
-    for (status, _), codes in rows.items():
-        for code in codes:
+    for (status, _), members in rows.items():
+        for code in members:
             if code in listed:
                 raise DocgenError(f"error code {code!r} would be in two rows ({listed[code]} and {status})")
             listed[code] = status
     return [(status, tuple(codes), when) for (status, when), codes in rows.items()]
 
 
-def error_table(rows: Iterable[tuple[int, tuple[str, ...], str]]) -> str:
+def error_table(rows: Iterable[Row]) -> str:
     lines = ["| status | code | when |", "|---|---|---|"]
     for status, codes, when in rows:
         code_cell = ", ".join(f"`{code}`" for code in codes) or "\N{EN DASH}"
