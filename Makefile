@@ -21,12 +21,13 @@ export DJANGO_ENV
 # How often `make run`'s sweeper returns the units of unpaid orders (seconds; short for the demo).
 SWEEP_INTERVAL ?= 2
 
-.PHONY: help setup db migrate demo run test lint format stop loadtest bench payment-chaos scaleout failover failover-deps haproxy-deps wrk-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue loadtest-wait
+.PHONY: help setup db migrate demo run test lint format docs stop loadtest bench payment-chaos scaleout failover failover-deps haproxy-deps wrk-deps deploy-rehearsal restore-rehearsal pgbackrest-deps mutate clean browser-deps pgbouncer-deps prometheus-deps loadtest-queue loadtest-wait
 
 help:
 	@echo "make run    - set up, start the database, migrate, load demo data, serve on 127.0.0.1:$(PORT) + the sweeper"
 	@echo "make test   - set up, start the database, lint, run the whole test suite"
 	@echo "make stop   - stop the embedded PostgreSQL"
+	@echo "make docs   - write the README's error table and docs/configuration.md's tables from the code"
 	@echo "make loadtest / make bench - Locust swarm checks / the benchmark's results table (see docs/benchmarks.md)"
 	@echo "make loadtest-queue - the waiting room's load profile: 5,000 buyers without and with a queue (docs/queue.md)"
 	@echo "make loadtest-wait - 50,000 buyers waiting in the queue, polling with and without the signed pass (docs/queue.md)"
@@ -90,6 +91,12 @@ lint: db
 format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The tables the code declares, written into the docs between their markers (devtools/docgen.py): the README's
+# error table from the DomainError classes, docs/configuration.md's tables from config/variables.py. The settings
+# need a DATABASE_URL (nothing is queried); the suite fails while a committed doc differs.
+docs: db
+	$(PY) -m devtools.docgen
 
 # The ops browser test needs Debian's chromium + chromium-driver. As root they are installed here (CI runs as
 # root); without root and without them, that one test is deselected with a loud warning instead of failing.

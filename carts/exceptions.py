@@ -1,7 +1,7 @@
 """Carts' domain errors: each is one class that declares its code, HTTP status and fields (the body's fields, in
 this order; see ``skincare.errors``)."""
 
-from skincare.errors import DomainError
+from skincare.errors import NOT_FOUND_WHEN, DomainError
 
 
 class _CartError(DomainError):
@@ -13,6 +13,7 @@ class CartNotFound(_CartError):
 
     code = "cart_not_found"
     http_status = 404
+    when = NOT_FOUND_WHEN
     default_message = "Cart not found."
 
 
@@ -21,6 +22,7 @@ class CartExpired(_CartError):
 
     code = "cart_expired"
     http_status = 410
+    when = "`GET`/`PUT`/checkout of a cart not changed for `CART_TTL_SECONDS` (database clock); nothing written"
     default_message = "This cart has expired; please rebuild it."
 
 
@@ -29,6 +31,10 @@ class CartCheckedOut(_CartError):
 
     code = "cart_checked_out"
     http_status = 409
+    when = (
+        "a `PUT` or checkout of a cart that already became an order (`order_id` names it); a cart is checked out at "
+        "most once however many requests race"
+    )
     default_message = "This cart was already checked out."
 
     order_id: int
@@ -39,6 +45,10 @@ class TooManyOpenCarts(DomainError):
 
     code = "too_many_open_carts"
     http_status = 409
+    when = (
+        "`POST /v1/carts` when the customer already has `MAX_OPEN_CARTS_PER_CUSTOMER` open, unexpired carts "
+        "(`max_open_carts`); nothing written"
+    )
     default_message = "You have too many open carts; check one out or let one expire."
 
     max_open_carts: int

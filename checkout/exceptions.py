@@ -15,6 +15,7 @@ class IdempotencyKeyReused(_KeyError):
 
     code = "idempotency_key_reused"
     http_status = 422
+    when = "the `Idempotency-Key` was used before with a different body; nothing written"
     default_message = "This Idempotency-Key was already used with a different request body."
 
 
@@ -24,6 +25,10 @@ class IdempotencyKeyInProgress(_KeyError):
 
     code = "idempotency_key_in_progress"
     http_status = 409
+    when = (
+        "safety net only: a key without a stored answer (a concurrent duplicate normally waits and replays); retry "
+        "after `Retry-After`"
+    )
     retry_after = 1
     default_message = "A request with this Idempotency-Key is still being processed; retry shortly."
 
@@ -34,6 +39,7 @@ class RateLimited(RetryAfterError):
 
     code = "rate_limited"
     http_status = 429
+    when = "more than `CHECKOUT_RATE_LIMIT` checkouts in the current window; retry after `Retry-After`"
     default_message = "Too many checkouts; retry after the time in Retry-After."
 
     retry_after: int | None = field(default=None, init=False)

@@ -1,6 +1,7 @@
 """Django settings for the skincare flash-sale backend. Everything deployment-specific comes from the environment:
-every variable read here is listed, grouped, in docs/configuration.md. A value that is not one a variable takes
-refuses to start (fail closed): ``yes`` is not a boolean, ``20s`` is not a number of seconds."""
+every variable read here is declared in config/variables.py, from which docs/configuration.md's tables are written
+(``make docs``). A value that is not one a variable takes refuses to start (fail closed): ``yes`` is not a boolean,
+``20s`` is not a number of seconds."""
 
 import os
 import re

@@ -2077,6 +2077,39 @@ MUTATIONS = [
             "test_a_looping_sweeper_that_waits_too_long_for_the_lease_sweeps_again[retried]",
         ),
     ),
+    Mutation(
+        "docgen-check-blind",
+        "the generated docs' comparison always says equal: a hand-edited or stale table passes `make docs`' check",
+        "devtools/docgen.py",
+        "differs",
+        "return with_block(text, block, name=name) != text",
+        "return False",
+        (
+            "skincare/tests/test_generated_docs.py::test_control_an_edited_row_is_caught_and_make_docs_writes_it_back",
+            "skincare/tests/test_generated_docs.py::test_control_a_row_removed_or_written_outside_the_markers_is_caught",
+            "skincare/tests/test_generated_docs.py::test_control_a_new_error_class_makes_the_committed_readme_stale",
+        ),
+    ),
+    Mutation(
+        "error-without-when",
+        "an exposed DomainError may leave out `when`: its row of the README's error table is empty",
+        "skincare/errors.py",
+        "DomainError.__init_subclass__",
+        'if cls.expose and not cls.__dict__.get("when", "").strip():',
+        "if False:",
+        (
+            "skincare/tests/test_generated_docs.py::test_control_a_domain_error_without_when_is_refused_at_class_definition",
+        ),
+    ),
+    Mutation(
+        "variables-unchecked",
+        "docgen no longer compares the variables the product reads with config/variables.py",
+        "devtools/docgen.py",
+        "variable_problems",
+        "problems = list(unknown)",
+        "return []",
+        ("skincare/tests/test_generated_docs.py::test_control_an_undeclared_or_unread_variable_is_caught",),
+    ),
 ]
 
 

@@ -3,7 +3,7 @@ in this order; see ``skincare.errors``)."""
 
 from datetime import datetime
 
-from skincare.errors import DomainError, RetryAfterError
+from skincare.errors import NOT_FOUND_WHEN, DomainError, RetryAfterError
 
 
 class ProductsError(DomainError):
@@ -21,6 +21,7 @@ class ProductNotFound(DomainError):
 
     code = "product_not_found"
     http_status = 404
+    when = NOT_FOUND_WHEN
     default_message = "Product not found."
 
     product_id: int
@@ -32,6 +33,10 @@ class InvalidProduct(ProductsError):
 
     code = "invalid_product"
     http_status = 422
+    when = (
+        "a checkout, or a cart's create/replace, names an unknown or inactive product (`product_ids` lists them): "
+        "the request is well-formed, its data is not"
+    )
     default_message = "One or more products do not exist or are not for sale."
 
 
@@ -42,6 +47,10 @@ class StockConflict(ProductsError):
 
     code = "stock_conflict"
     http_status = 409
+    when = (
+        "not enough stock; `product_ids` names every short product (an `optimistic` product whose version check "
+        "kept losing adds `gave_up_after`)"
+    )
     default_message = "Not enough stock for one or more products; refresh your cart."
 
     gave_up_after: int | None = None
@@ -53,6 +62,10 @@ class StockWouldGoNegative(DomainError):
 
     code = "stock_would_go_negative"
     http_status = 409
+    when = (
+        "an ops stock change (adjust, count, initial stock) that would leave available stock below zero "
+        "(`product_id`, `requested`); the admin and `flash_sale_setup` show it, no API endpoint changes stock"
+    )
     default_message = "This change would push available stock below zero."
 
     product_id: int | None
@@ -65,6 +78,10 @@ class StaleStockVersion(DomainError):
 
     code = "stale_version"
     http_status = 409
+    when = (
+        "an ops stock change made from a form whose stock has changed since it was read (`product_id`, "
+        "`expected_version`, `version`): reload and retry"
+    )
     default_message = "Stock changed while you were editing; reload and try again."
 
     product_id: int
@@ -86,6 +103,10 @@ class LockBusy(ProductsError):
 
     code = "lock_busy"
     http_status = 409
+    when = (
+        "a `row_lock_nowait` product's stock row is held by another checkout right now; retry after `Retry-After: "
+        "1` ([strategies](docs/strategies.md))"
+    )
     retry_after = 1
     default_message = "This product is being bought by someone else right now; please retry in a moment."
 
@@ -98,6 +119,11 @@ class SaleNotStarted(RetryAfterError, ProductsError):
 
     code = "sale_not_started"
     http_status = 409
+    when = (
+        "a product's sale window has not opened yet by the database clock: `product_ids`, `starts_at`, and "
+        "`Retry-After` = whole seconds to the opening (at least 1); nothing written, never stored under an "
+        "`Idempotency-Key` (the same key buys once the sale opens) ([sale windows](docs/sale-windows.md))"
+    )
     default_message = "The sale has not started yet; retry after the time in Retry-After."
 
     starts_at: datetime
@@ -108,4 +134,5 @@ class SaleEnded(ProductsError):
 
     code = "sale_ended"
     http_status = 410
+    when = "a product's sale window has closed by the database clock (`product_ids`); nothing written"
     default_message = "The sale has ended."

@@ -2,12 +2,13 @@
 this order; see ``skincare.errors``)."""
 
 from inventory.exceptions import ProductsError
-from skincare.errors import DomainError
+from skincare.errors import NOT_FOUND_WHEN, DomainError
 
 
 class OrderNotFound(DomainError):
     code = "order_not_found"
     http_status = 404
+    when = NOT_FOUND_WHEN
     default_message = "Order not found."
 
     order_id: int
@@ -18,6 +19,7 @@ class OrderNotPending(DomainError):
 
     code = "order_not_pending"
     http_status = 409
+    when = "cancel (or a payment page) of an order that is already paid or cancelled"
     default_message = "The order is no longer pending payment."
 
     order_id: int
@@ -30,6 +32,10 @@ class PurchaseLimitExceeded(ProductsError):
 
     code = "purchase_limit_exceeded"
     http_status = 409
+    when = (
+        "the customer's units of a product (paid + open pending orders + this request) would exceed its "
+        "`max_per_customer`; `product_ids` names them"
+    )
     default_message = "This order would exceed the per-customer limit of one or more products."
 
 
@@ -38,6 +44,10 @@ class TooManyPendingOrders(DomainError):
 
     code = "too_many_pending_orders"
     http_status = 409
+    when = (
+        "the customer already has `MAX_PENDING_ORDERS_PER_CUSTOMER` unpaid orders (a sold-out product still answers "
+        "`stock_conflict`)"
+    )
     default_message = "You have too many unpaid orders; pay or cancel one first."
 
     max_pending_orders: int

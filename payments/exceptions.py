@@ -7,6 +7,10 @@ from skincare.errors import DomainError
 class InvalidSignature(DomainError):
     code = "invalid_signature"
     http_status = 401
+    when = (
+        "the webhook's `X-Signature` (or a Midtrans notification's `signature_key`) is missing, malformed, outside "
+        "the time window or wrong, or no secret is configured"
+    )
     default_message = "Missing or invalid webhook signature."
 
 
@@ -16,6 +20,12 @@ class GatewayUnavailable(DomainError):
 
     code = "gateway_unavailable"
     http_status = 503
+    when = (
+        "Midtrans did not answer within `MIDTRANS_TIMEOUT_SECONDS`, or this process is not asking it right now (it "
+        "failed `GATEWAY_BREAKER_FAILURES` times in a row, or `GATEWAY_MAX_CALLS` calls already wait for it) "
+        "(payment page: the reservation still holds; notification: Midtrans retries); `Retry-After`: 5, or the "
+        "seconds until it is asked again"
+    )
     retry_after = 5
     default_message = "The payment gateway is not answering right now; your order is still reserved, retry shortly."
 
@@ -25,6 +35,7 @@ class PaymentWindowClosing(DomainError):
 
     code = "payment_window_closing"
     http_status = 409
+    when = "a Midtrans payment page for an order with less than `MIDTRANS_EXPIRY_MARGIN_SECONDS` (+1 minute) left"
     default_message = "Too little time is left to pay this order."
 
     order_id: int
@@ -37,6 +48,11 @@ class AmountNotChargeable(DomainError):
 
     code = "amount_not_chargeable"
     http_status = 409
+    when = (
+        "a Midtrans payment page for an order whose total has a fraction (Midtrans charges whole rupiah; the "
+        "catalogue refuses such prices while it is the gateway, so only an order placed before the switch can have "
+        "one): never charged a rounded amount"
+    )
     default_message = "This order's total cannot be charged by the payment gateway (it charges whole amounts only)."
 
     order_id: int

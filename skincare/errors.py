@@ -11,10 +11,12 @@ them. From those declarations come the keyword-only, typed constructor (every su
 case derives from :class:`RetryAfterError` and is raised with ``retry_after_seconds``.
 
 Every class that declares a ``code`` is registered as it is defined (a code declared twice is an error at import),
-and :func:`declared_errors` lists them all, so a new error is one class in its app's ``exceptions.py`` and one row
-in the README's error table: ``/metrics`` labels it (``skincare.metrics``) and the docs guard
-(``skincare/tests/test_docs.py``) checks the row. The API layer's own refusals (``FRAMEWORK_CODES``) are listed
-here too: :func:`answer_codes` is every code an answer can carry.
+and :func:`declared_errors` lists them all, so a new error is one class in its app's ``exceptions.py``:
+``/metrics`` labels it (``skincare.metrics``), and the README's error table shows it. An exposed class also declares
+``when``, its row's text in that table (a class without it is an error at import); ``python -m devtools.docgen``
+writes the table from these classes and from :data:`FRAMEWORK_ANSWERS`, the rows of the API layer's own refusals.
+Those refusals' codes (``FRAMEWORK_CODES``) are listed here too: :func:`answer_codes` is every code an answer can
+carry.
 
 One renderer of error answers for plain Django views and middleware: :func:`error_response`.
 """
@@ -49,6 +51,13 @@ FRAMEWORK_CODES = frozenset(
     {*DRF_CODES.values(), "internal_error", "payload_too_large", "bad_request", "not_found", "csrf_failed"}
 )
 
+# The text of the one 404 row of the README's error table that the missing resources share with the API layer's own
+# ``not_found``: the classes of those codes and the framework's row below all say ``when = NOT_FOUND_WHEN``.
+NOT_FOUND_WHEN = (
+    "not your order (or cart: someone else's or unknown); `GET /v1/products/<id>` of a product that does not exist or "
+    "is not for sale; no such path"
+)
+
 # code -> the class that declares it, filled as each class is defined (``DomainError.__init_subclass__``).
 _DECLARED: dict[str, type["DomainError"]] = {}
 # The field metadata of what a DomainError carries outside the body's own fields.
@@ -63,6 +72,10 @@ class DomainError(Exception):
     default_message: ClassVar[str] = "The request could not be completed."
     # A 5xx domain error is a bug or corruption: its message and fields are logged, never sent to the client.
     expose: ClassVar[bool] = True
+    # When a client gets this code: the text of its row in the README's error table (Markdown; links relative to
+    # the repository root). Every exposed class that declares a ``code`` declares its own. Classes of one status
+    # with the same text share one row (``NOT_FOUND_WHEN``).
+    when: ClassVar[str] = ""
     # For humans; ``default_message`` when empty. The one positional argument of every error.
     message: str = dataclasses.field(default="", metadata=_NOT_IN_BODY)
     # Seconds a client should wait before retrying (sent as ``Retry-After``); None when retrying cannot help. A
@@ -73,9 +86,15 @@ class DomainError(Exception):
         super().__init_subclass__(**kwargs)
         dataclasses.dataclass(cls, kw_only=True, eq=False)
         if "code" in cls.__dict__:
-            other = _DECLARED.setdefault(cls.code, cls)
-            if other is not cls:
+            other = _DECLARED.get(cls.code)
+            if other is not None:
                 raise TypeError(f"error code {cls.code!r} is declared twice: {other.__qualname__}, {cls.__qualname__}")
+            if cls.expose and not cls.__dict__.get("when", "").strip():
+                raise TypeError(
+                    f"{cls.__qualname__} declares the error code {cls.code!r} but no `when`: the text of its row in "
+                    "the README's error table (an error that is never sent declares expose = False instead)"
+                )
+            _DECLARED[cls.code] = cls
 
     def __post_init__(self) -> None:
         self.message = self.message or self.default_message
@@ -155,6 +174,12 @@ class InvalidInput(DomainError):
 
     code = "invalid_request"
     http_status = 400
+    when = (
+        "bad body: missing/empty `items`, more than `CHECKOUT_MAX_ITEMS` (20) lines, a `product_id` not in 1 … "
+        "2^63−1, a `qty` not in 1 … `CHECKOUT_MAX_QTY` (100), more than `CHECKOUT_MAX_QTY` units of a product over "  # noqa: RUF001 - the README's typography
+        "its lines; an `Idempotency-Key` that is not 1–255 printable ASCII characters. `/v1/schema` states each "  # noqa: RUF001
+        "limit (`minItems`, `maxItems`, `maximum`, the key's `pattern`)"
+    )
     default_message = "The request is invalid."
 
     fields: dict[str, list[str]] = dataclasses.field(default_factory=dict)
@@ -165,6 +190,12 @@ class ServiceBusy(DomainError):
 
     code = "busy"
     http_status = 503
+    when = (
+        "a lock could not be had within `DB_LOCK_TIMEOUT_MS`, or a deadlock/serialization failure persisted through "
+        "the retries (`serializable` products under a storm); or, with `X-Shed-By: front`, the front could not "
+        "start the request on a worker within its queue bound and the application never saw it "
+        "([overload](docs/runbooks/overload.md#a-fast-503-never-a-time-out)); retry after `Retry-After`"
+    )
     retry_after = 1
     default_message = "The shop is busy right now; please retry shortly."
 
@@ -174,5 +205,37 @@ class DatabaseUnavailable(DomainError):
 
     code = "database_unavailable"
     http_status = 503
+    when = "the database cannot be reached (down, restarting); `Retry-After: 2`, every endpoint but `/healthz`"
     retry_after = 2
     default_message = "The shop's database is unavailable right now; please retry shortly."
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """A row of the README's error table that no exposed ``DomainError`` declares: the API layer's own refusals
+    (``codes``, each one of ``FRAMEWORK_CODES``) and the success a client expects (no code)."""
+
+    status: int
+    codes: tuple[str, ...]
+    when: str
+
+
+# The rows of the README's error table for the API layer's own answers. A row whose ``when`` is a class's (same
+# status, same text) is that class's row: its codes are listed together.
+FRAMEWORK_ANSWERS = (
+    Answer(
+        201,
+        (),
+        "order created, stock reserved (`/v1/checkout`, `/v1/carts/<id>/checkout`); cart created (`/v1/carts`)",
+    ),
+    Answer(400, ("malformed_json",), InvalidInput.when),
+    Answer(401, ("unauthorized",), "missing, invalid, expired or revoked Bearer token"),
+    Answer(404, ("not_found",), NOT_FOUND_WHEN),
+    Answer(413, ("payload_too_large",), "a body over `REQUEST_MAX_BODY_BYTES` (default 2.5 MiB), on every endpoint"),
+    Answer(
+        500,
+        ("internal_error",),
+        "a bug, or counters that disagree with reservations (`inventory_corrupted`, never sent as such): logged in "
+        "full, nothing internal in the response",
+    ),
+)

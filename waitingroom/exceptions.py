@@ -11,6 +11,7 @@ class QueueNotFound(DomainError):
 
     code = "queue_not_found"
     http_status = 404
+    when = "joining the queue of a product that has none; no pass of yours (another customer's pass looks the same)"
     default_message = "This product has no queue, or the pass is not yours."
 
     product_id: int | None = None
@@ -22,6 +23,9 @@ class QueueNotOpen(RetryAfterError):
 
     code = "queue_not_open"
     http_status = 409
+    when = (
+        "joining earlier than `QUEUE_OPENS_BEFORE_SECONDS` before the sale: `opens_at`, `Retry-After`; nothing written"
+    )
     default_message = "The queue for this product is not open yet."
 
     product_id: int
@@ -33,6 +37,7 @@ class QueueSoldOut(DomainError):
 
     code = "sold_out"
     http_status = 409
+    when = "joining a queue when no unit is available and none is reserved (none can come back); nothing written"
     default_message = "Sold out: no unit is left and none can come back."
 
     product_id: int
@@ -45,6 +50,11 @@ class AdmissionRequired(RetryAfterError):
 
     code = "admission_required"
     http_status = 409
+    when = (
+        "a checkout of a product sold through a queue without a valid admission: `product_ids`, `queue_urls` (join "
+        "there), `pass_states` (`none`, `waiting`), `Retry-After`; never stored under an `Idempotency-Key` "
+        "([queue](docs/queue.md))"
+    )
     default_message = "This product sells through a queue: join it and check out when admitted."
 
     product_ids: list[int]
@@ -58,6 +68,10 @@ class AdmissionExpired(DomainError):
 
     code = "admission_expired"
     http_status = 410
+    when = (
+        "the customer's admission lapsed (`ADMISSION_TTL_SECONDS`) before the checkout; the turn went to the next "
+        "in line"
+    )
     default_message = "Your admission lapsed before you checked out; the turn went to the next in line."
 
     product_ids: list[int]
@@ -68,6 +82,7 @@ class QueuePassInvalid(DomainError):
 
     code = "queue_pass_invalid"
     http_status = 403
+    when = "a poll's signed pass (`Queue-Pass`) is forged, altered or another customer's"
     default_message = "This signed pass is not valid for you: poll without it, or join again to get yours."
 
     pass_id: int
@@ -79,6 +94,7 @@ class QueuePassOutdated(DomainError):
 
     code = "queue_pass_outdated"
     http_status = 410
+    when = "a poll's signed pass is of the product's earlier queue, reset or re-created since: join again"
     default_message = "This pass was for an earlier queue of this product, which has since been reset: join again."
 
     pass_id: int
@@ -90,6 +106,7 @@ class AdmissionUsed(DomainError):
 
     code = "admission_used"
     http_status = 409
+    when = "the customer's admission was already used by a checkout: final, no Retry-After"
     default_message = "Your admission was already used by a checkout; one admission buys once."
 
     product_ids: list[int]
@@ -101,6 +118,7 @@ class AdmissionUnitsExceeded(DomainError):
 
     code = "admission_units_exceeded"
     http_status = 409
+    when = "more units of a queued product than one admission buys (`QUEUE_UNITS_PER_ADMISSION`, `max_units`)"
     default_message = "One admission buys at most QUEUE_UNITS_PER_ADMISSION units of a queued product."
 
     product_ids: list[int]

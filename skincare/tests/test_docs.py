@@ -11,9 +11,10 @@ instead of leaving a doc that sends the reader nowhere.
 - every ``docs/….md#heading`` that a file other than a doc names (a comment, a docstring, an error message, a check's
   hint, an alert's runbook link) is a doc with that heading;
 - README.md stays within 250 lines, a runbook (docs/runbooks/) within 300, every other doc within 400, and each
-  section of a runbook says what the operator sees, does and checks, in that order;
-- the README's error table lists exactly the codes that the exposed ``DomainError`` classes declare, each in a row
-  of its own HTTP status; the other codes of its code column are the API layer's own (``skincare.errors.FRAMEWORK_CODES``).
+  section of a runbook says what the operator sees, does and checks, in that order.
+
+The README's error table and docs/configuration.md's tables are generated from the code; their guard is
+``skincare/tests/test_generated_docs.py``.
 
 No allow-list: a name that is not the project's (a URL path, a SQL fragment, a setting) does not match the patterns
 below. Each rule has a control test that feeds it a wrong doc.
@@ -31,8 +32,6 @@ from pathlib import Path
 
 import pytest
 from django.apps import apps
-
-from skincare.errors import FRAMEWORK_CODES, DomainError, declared_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -54,7 +53,6 @@ DOTTED = re.compile(rf"(?<![\w/.-])((?:{'|'.join(PACKAGES)})(?:\.\w+)+)(?![\w/-]
 QUOTED = re.compile(rf"[\"']((?:{'|'.join(PACKAGES)})(?:\.\w+)+)[\"']")
 MAKE = re.compile(r"(?<![\w-])make ([a-z][\w-]*)(?![\w=-])")
 PYTHON_M = re.compile(r"python3? -m ([\w.]+)")
-ERROR_ROW = re.compile(r"^\| (\d{3}) \| ([^|]*) \|", re.M)
 
 
 def doc_name(doc: Path) -> str:
@@ -238,53 +236,9 @@ def problems(text: str, *, name: str) -> list[str]:
     return found
 
 
-def error_table(readme: str) -> dict[str, set[int]]:
-    """code -> the statuses of the rows of the README's error table that list it in their code column."""
-    start = readme.index("| status | code | when |")
-    table = readme[start : readme.index("\n\n", start)]
-    rows: dict[str, set[int]] = {}
-    for status, codes in ERROR_ROW.findall(table):
-        for code in re.findall(r"`([a-z_]+)`", codes):
-            rows.setdefault(code, set()).add(int(status))
-    return rows
-
-
-def error_table_problems(readme: str, declared: dict[str, type[DomainError]]) -> list[str]:
-    rows = error_table(readme)
-    exposed = {code: cls for code, cls in declared.items() if cls.expose}
-    found = [
-        f"README error table: `{code}` ({cls.__module__}.{cls.__name__}, {cls.http_status}) is missing"
-        for code, cls in sorted(exposed.items())
-        if code not in rows
-    ]
-    found += [
-        f"README error table: `{code}` is listed under {sorted(rows[code])}, its class declares {cls.http_status}"
-        for code, cls in sorted(exposed.items())
-        if code in rows and rows[code] != {cls.http_status}
-    ]
-    found += [
-        f"README error table: `{code}` is neither a DomainError's code nor one of skincare.errors.FRAMEWORK_CODES"
-        + (" (it is never sent: the error is not exposed)" if code in declared else "")
-        for code in sorted(rows)
-        if code not in exposed and code not in FRAMEWORK_CODES
-    ]
-    return found
-
-
 def test_every_path_symbol_and_make_target_the_docs_name_exists() -> None:
     found = [problem for doc in DOCS for problem in problems(doc.read_text(), name=doc_name(doc))]
     assert not found, "\n".join(found)
-
-
-def test_the_readme_error_table_lists_exactly_the_declared_codes_with_their_statuses() -> None:
-    found = error_table_problems((ROOT / "README.md").read_text(), declared_errors())
-    assert not found, "\n".join(found)
-
-
-def test_the_guard_sees_the_codes_of_every_app() -> None:
-    """The declared codes come from every installed app's exceptions module, loaded or not."""
-    codes = declared_errors()
-    assert {"stock_conflict", "order_not_found", "rate_limited", "cart_expired", "busy", "sale_ended"} <= set(codes)
 
 
 # Controls: each rule refuses a doc that breaks it.
@@ -324,22 +278,6 @@ def test_control_the_guard_accepts_what_exists() -> None:
         "[here](#control), [ops](../docs/operations.md#production-refuses-the-demo)\n"
     )
     assert problems(doc, name="docs/control.md") == []
-
-
-def test_control_the_error_table_guard_refuses_a_missing_a_wrong_and_an_unknown_code() -> None:
-    readme = (ROOT / "README.md").read_text()
-    declared = declared_errors()
-    stock_row = next(line for line in readme.splitlines() if line.startswith("| 409 | `stock_conflict` |"))
-    without = readme.replace(stock_row + "\n", "")
-    assert "README error table: `stock_conflict` (inventory.exceptions.StockConflict, 409) is missing" in (
-        error_table_problems(without, declared)
-    )
-    wrong = readme.replace(stock_row, stock_row.replace("| 409 |", "| 410 |"))
-    assert "README error table: `stock_conflict` is listed under [410], its class declares 409" in (
-        error_table_problems(wrong, declared)
-    )
-    unknown = readme.replace(stock_row, stock_row.replace("`stock_conflict`", "`stock_conflict`, `no_such_refusal`"))
-    assert any("`no_such_refusal` is neither" in p for p in error_table_problems(unknown, declared))
 
 
 # Where the code sends a reader: every ``docs/….md`` (and its ``#heading``) that a file of the repository other than
