@@ -11,7 +11,7 @@ from django.core.management import call_command
 ENDPOINTS = {
     ("post", "/v1/products/{product_id}/queue"): {"200", "201", "401", "404", "409", "410", "500", "503"},
     ("get", "/v1/products/{product_id}/queue"): {"200", "401", "404", "500", "503"},
-    ("get", "/v1/queue/passes/{pass_id}"): {"200", "401", "403", "404", "500", "503"},
+    ("get", "/v1/queue/passes/{pass_id}"): {"200", "401", "403", "404", "410", "500", "503"},
     ("post", "/v1/checkout"): {"201", "400", "401", "409", "410", "413", "415", "422", "429", "500", "503"},
     ("get", "/v1/orders/{order_id}"): {"200", "401", "404", "500", "503"},
     ("post", "/v1/orders/{order_id}/cancel"): {"200", "401", "404", "409", "500", "503"},
