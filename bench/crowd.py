@@ -46,6 +46,10 @@ TIMEOUT_SECONDS = 30.0  # a request unanswered this long is a time-out (counted,
 FINAL_STATES = ("sold_out", "expired", "used")
 
 
+# The requests a buyer makes: the report names each, answered or not.
+STEPS = ("join", "poll", "checkout")
+
+
 def pct(values: list[float], q: float) -> float | None:
     """The q-quantile of ``values`` (nearest rank), in the values' unit; None when empty."""
     if not values:
@@ -346,7 +350,9 @@ class Crowd:
 
     @staticmethod
     def ms(series: dict[str, list[float]]) -> list[tuple[str, list[float]]]:
-        return [(kind, [s * 1000 for s in values]) for kind, values in sorted(series.items())]
+        """Every step's values in ms: each of STEPS named, an empty list for a step nothing answered."""
+        kinds = sorted({*STEPS, *series})
+        return [(kind, [s * 1000 for s in series.get(kind, [])]) for kind in kinds]
 
 
 def join_times(count: int, *, opens_at: float, spread: float, seed: int = 0) -> list[float]:

@@ -174,6 +174,11 @@ def run_mode(args: argparse.Namespace, *, send_pass: bool) -> dict[str, Any]:
         *(["audit_inventory found violations"] if audit.returncode != 0 else []),
         *[f"{n} x {k}" for k, n in statuses.items() if " 5" in k or "time-out" in k or "no answer" in k],
         *([f"gunicorn logged {len(errors)} errors"] if errors else []),
+        *(
+            [f"no poll was answered in the window ({report['polls_due']} were due)"]
+            if report["polls_due"] and not report["polls_answered"]
+            else []
+        ),
     ]
     return {
         "mode": mode,
@@ -201,6 +206,14 @@ def side_by_side(results: list[dict[str, Any]]) -> str:
         )
 
     c = lambda r: r["client"]  # noqa: E731
+
+    def step(r: dict[str, Any], series: str, name: str, quantiles: tuple[str, ...]) -> str:
+        """A step's quantiles, or that nothing of it was answered (or sent) in the window."""
+        summary = c(r)[series].get(name) or {}
+        if all(summary.get(q) is None for q in quantiles):
+            return "none answered" if series == "latency_ms" else "none sent"
+        return " / ".join(str(summary.get(q)) for q in quantiles)
+
     lines = [
         row("", lambda r: r["mode"]),
         row("finals", lambda r: " ".join(f"{k} {v}" for k, v in sorted(c(r)["finals"].items()))),
@@ -211,17 +224,14 @@ def side_by_side(results: list[dict[str, Any]]) -> str:
         ),
         row("polls due in the window / answered", lambda r: f"{c(r)['polls_due']} / {c(r)['polls_answered']}"),
         row("polls sustained / asked (ratio)", lambda r: c(r)["polls_sustained_ratio"]),
-        row(
-            "poll p50 / p99 ms (client)",
-            lambda r: f"{c(r)['latency_ms']['poll']['p50']} / {c(r)['latency_ms']['poll']['p99']}",
-        ),
-        row("poll lag p99 ms (due -> sent)", lambda r: c(r)["lag_ms"]["poll"]["p99"]),
+        row("poll p50 / p99 ms (client)", lambda r: step(r, "latency_ms", "poll", ("p50", "p99"))),
+        row("poll lag p99 ms (due -> sent)", lambda r: step(r, "lag_ms", "poll", ("p99",))),
         row(
             "poll p99 ms (in the service)",
             lambda r: r["server_ms"].get("poll", r["server_ms"].get("poll (no signed pass)", {})).get("p99_ms"),
         ),
-        row("join p99 ms (client)", lambda r: c(r)["latency_ms"]["join"]["p99"]),
-        row("checkout p99 ms (client)", lambda r: (c(r)["latency_ms"].get("checkout") or {}).get("p99")),
+        row("join p99 ms (client)", lambda r: step(r, "latency_ms", "join", ("p99",))),
+        row("checkout p99 ms (client)", lambda r: step(r, "latency_ms", "checkout", ("p99",))),
         *[row(f"primary CPU cores: {p}", phase(p, "cpu_cores")) for p in ("idle", "joining", "selling", "sold out")],
         *[
             row(f"primary transactions/s: {p}", phase(p, "xacts_per_s"))

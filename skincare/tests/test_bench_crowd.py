@@ -9,7 +9,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from bench.crowd import LOOP_LAG_BOUND_MS, Crowd, saturated
+from bench.crowd import LOOP_LAG_BOUND_MS, Crowd, pct, saturated
 from devtools.processes import BENCH_SECRET
 from inventory.models import Product
 from waitingroom import services
@@ -70,3 +70,54 @@ def test_the_saturation_flag_follows_the_stated_bounds():
     assert saturated(loop_lag_p99_ms=1.0, cpu_per_second=[0.1, 0.95, 0.95, 0.95, 0.95, 0.95, 0.1])
     assert not saturated(loop_lag_p99_ms=1.0, cpu_per_second=[0.95, 0.95, 0.95, 0.95, 0.1, 0.95, 0.95])
     assert not saturated(loop_lag_p99_ms=None, cpu_per_second=[])
+
+
+def crowd_result(*, polls_answered: bool) -> dict:
+    """One mode's result as ``bench.waitline.run_mode`` returns it, its client report from ``Crowd.report``'s
+    summaries: every step named, a step nothing answered with no figures."""
+    latency = {"join": [0.012, 0.020], "poll": [0.003, 0.004] if polls_answered else [], "checkout": []}
+    summary = {
+        k: {"n": len(v), "p50": pct([s * 1000 for s in v], 0.5), "p99": pct([s * 1000 for s in v], 0.99)}
+        for k, v in latency.items()
+    }
+    lags = {k: {"p50": v["p50"], "p99": v["p99"], "max": v["p99"]} for k, v in summary.items()}
+    client = {
+        "finals": {},
+        "unfinished": 2,
+        "answered_per_second_mean": 2.0,
+        "answered_per_second_peak": 2,
+        "polls_due": 10,
+        "polls_answered": 2 if polls_answered else 0,
+        "polls_sustained_ratio": None,
+        "latency_ms": summary,
+        "lag_ms": lags,
+        "client_cpu_seconds": 0.1,
+        "client_cpu_ms_per_request": 0.5,
+        "client_max_rss_mb": 50,
+        "loop_lag_p99_ms": 1.0,
+        "client_saturated": False,
+    }
+    phases = {"idle": None, "joining": {"cpu_cores": 0.5, "xacts_per_s": 10.0}, "selling": None, "sold out": None}
+    return {
+        "mode": "signed pass",
+        "client": client,
+        "primary": phases,
+        "xacts_per_poll_sold_out_net_of_idle": None,
+        "web_cpu_seconds": 1.0,
+        "server_ms": {},
+        "paid_units": 0,
+        "held_units": 0,
+        "violations": ["sold 0 of 5"],
+    }
+
+
+def test_the_crowd_report_says_which_step_nothing_answered():
+    from bench.waitline import side_by_side
+
+    assert dict(Crowd.ms({"join": [0.002]})) == {"join": [2.0], "poll": [], "checkout": []}  # every step named
+
+    table = side_by_side([crowd_result(polls_answered=False), crowd_result(polls_answered=True)])
+    poll_row = next(line for line in table.splitlines() if line.startswith("poll p50 / p99 ms (client)"))
+    assert "none answered" in poll_row and "4.0" in poll_row  # the mode whose polls were answered shows them
+    assert "none answered" in next(line for line in table.splitlines() if line.startswith("checkout p99"))
+    assert "none sent" in next(line for line in table.splitlines() if line.startswith("poll lag p99"))
