@@ -38,6 +38,10 @@ DEBUG_FALLBACK_SECRET_KEY = "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-prod
 BUILD_SECRET_KEY = "build-only-not-a-secret"  # noqa: S105 - the Dockerfile's collectstatic step
 # The Midtrans server key of the tests and of the fake Midtrans server (devtools/fake_midtrans.py).
 TEST_MIDTRANS_SERVER_KEY = "SB-Mid-server-test-only-never-use-in-production"
+# The Xendit secret key and callback verification token of the tests and of the fake Xendit server
+# (devtools/fake_xendit.py).
+TEST_XENDIT_SECRET_KEY = "xnd_development_test_only_never_use_in_production"  # noqa: S105
+TEST_XENDIT_CALLBACK_TOKEN = "xendit-callback-token-test-only-never-use-in-production"  # noqa: S105
 
 PUBLISHED_SECRETS = frozenset(
     {
@@ -52,6 +56,8 @@ PUBLISHED_SECRETS = frozenset(
         DEBUG_FALLBACK_SECRET_KEY,
         BUILD_SECRET_KEY,
         TEST_MIDTRANS_SERVER_KEY,
+        TEST_XENDIT_SECRET_KEY,
+        TEST_XENDIT_CALLBACK_TOKEN,
         # fixed webhook secrets of the test modules
         "whsec-fuzz-secret",
         "whsec-metrics-test",
