@@ -45,16 +45,20 @@ class ApiView(APIView):
 
     def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
-        response.add_post_render_callback(self._release_cycles)
+        if isinstance(response, Response):  # rendered later, by Django's handler
+            response.add_post_render_callback(self._release_cycles)
+        else:  # a plain Django response (the payment page's redirect): nothing left to render
+            self._release_cycles(None)
         return response
 
-    def _release_cycles(self, response: Response) -> None:
+    def _release_cycles(self, response: Response | None) -> None:
         """Once the answer is rendered, let go of what rendering needed. DRF's view, request and response refer to
         each other (the view holds both; the request's parser context and the response's renderer context hold
         the view and themselves), so without this all three, with the request's body and headers, wait for
         Python's cyclic garbage collector; with it, reference counting frees them when the server is done."""
         self.request.parser_context = {}
-        response.renderer_context = {}  # type: ignore[attr-defined]  # DRF sets it; its stubs do not declare it
+        if response is not None:
+            response.renderer_context = {}  # type: ignore[attr-defined]  # DRF sets it; its stubs do not declare it
         self.__dict__.clear()
 
 

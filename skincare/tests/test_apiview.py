@@ -12,6 +12,7 @@ import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
+from django.http import HttpResponseRedirect
 from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework import parsers, renderers
@@ -190,3 +191,30 @@ def test_an_api_request_leaves_nothing_for_the_cyclic_garbage_collector(
     # request's body, headers ...) until the collector walks them.
     monkeypatch.setattr(ApiView, "_release_cycles", lambda self, response: None)
     assert all(_leftover_cycles(send) > 10 for send in answers)
+
+
+class Redirecting(ApiView):
+    """A view whose answer is a plain Django response, as the payment page's redirect is."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+
+    def get(self, request):
+        return HttpResponseRedirect("https://gateway.example/pay")
+
+
+@pytest.mark.django_db
+def test_a_plain_django_answer_is_sent_and_leaves_nothing_for_the_cyclic_garbage_collector(
+    monkeypatch, test_transaction_kept
+):
+    view = Redirecting.as_view()
+    factory = RequestFactory()
+
+    def send():
+        response = view(factory.get("/pay"))
+        assert (response.status_code, response["Location"]) == (302, "https://gateway.example/pay")
+        response.close()
+
+    assert _leftover_cycles(send) == 0
+    monkeypatch.setattr(ApiView, "_release_cycles", lambda self, response: None)  # control
+    assert _leftover_cycles(send) > 5
