@@ -3,14 +3,17 @@ shapes Xendit documents, on a threaded HTTP server on 127.0.0.1.
 
 A test drives what the gateway knows (:meth:`FakeXendit.pay`), builds the callback Xendit would post for an invoice
 (:meth:`FakeXendit.callback`: its headers, with the account's callback token, and its JSON body), makes an endpoint
-stop answering (:attr:`FakeXendit.stalled`: the request waits, without sleeping, until the test sets
-:attr:`FakeXendit.release` or the server stops) and loses the answers of created invoices
-(:attr:`FakeXendit.lose_answers`: the invoice exists, the connection closes with no answer). Time is the injectable
-``clock``: a PENDING invoice whose ``expiry_date`` has come reads as EXPIRED everywhere, and the per-endpoint rate
-limit (HTTP 429 past ``limit_per_second`` requests in the last second) counts arrivals by that clock, so a test steps
-time without sleeping.
+stop answering (:attr:`FakeXendit.stalled`: the request, once past the key and the rate limit, sets
+:attr:`FakeXendit.stall_reached` and waits, without sleeping, until the test sets :attr:`FakeXendit.release`, then is
+handled and answered as usual, or until the server stops, then ends with no answer and no effect) and loses the
+answers of created invoices (:attr:`FakeXendit.lose_answers`: the invoice exists, the connection closes with no
+answer). Time is the injectable ``clock``: a PENDING invoice whose ``expiry_date`` has come reads as EXPIRED
+everywhere, and the per-endpoint rate limit (HTTP 429 past ``limit_per_second`` requests in the last second) counts
+arrivals by that clock, so a test steps time without sleeping.
 
-Like Xendit, an ``external_id`` may name several invoices; the list endpoint answers them oldest first.
+Like Xendit, an ``external_id`` may name several invoices; the list endpoint answers them oldest first (all the
+invoices when the query names no ``external_id``). The rate limit counts the requests it accepted: a refused one
+(429) neither creates anything nor lengthens the wait.
 
 Endpoints (names for :attr:`FakeXendit.stalled` and the rate limit):
 
@@ -120,7 +123,7 @@ class FakeXendit:
         self.limit_per_second = limit_per_second
         self.clock = clock
         self.base_url = ""  # "http://127.0.0.1:<port>" once started
-        self._invoices = _Invoices(clock)
+        self._invoices = _Invoices(lambda: self.clock())  # follows a clock the test swaps in later
         self.invoices: dict[str, dict[str, Any]] = self._invoices
         self.requests: list[tuple[str, str]] = []  # (method, path incl. query) of every request, in order
         self.answered_429 = 0  # requests refused by the rate limit
@@ -149,7 +152,10 @@ class FakeXendit:
         self.server.daemon_threads = True
         self.server.handle_error = self._handle_error  # type: ignore[method-assign]
         self.base_url = f"http://127.0.0.1:{self.server.server_port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-xendit", daemon=True)
+        # A short poll: stop() returns within 50 ms instead of serve_forever's default half second.
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-xendit", daemon=True
+        )
         self._thread.start()
         return self
 
