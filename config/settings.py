@@ -308,9 +308,9 @@ QUEUE_UNITS_PER_ADMISSION = env_int("QUEUE_UNITS_PER_ADMISSION", 2, minimum=1)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 # Where payment links point when the request's own address is not the public one.
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
-# The payment gateway behind payment_url (payments/gateway.py): `sandbox` (the built-in page, PAYMENT_SANDBOX) or
-# `midtrans` (Snap; docs/runbooks/payments.md).
-PAYMENT_GATEWAY = env_choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans"))
+# The payment gateway behind payment_url (payments/gateway.py): `sandbox` (the built-in page, PAYMENT_SANDBOX),
+# `midtrans` (Snap) or `xendit` (Invoices); docs/runbooks/payments.md.
+PAYMENT_GATEWAY = env_choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans", "xendit"))
 MIDTRANS_SERVER_KEY = env("MIDTRANS_SERVER_KEY", default="")
 MIDTRANS_SNAP_BASE_URL = env("MIDTRANS_SNAP_BASE_URL", default="https://app.sandbox.midtrans.com")
 MIDTRANS_API_BASE_URL = env("MIDTRANS_API_BASE_URL", default="https://api.sandbox.midtrans.com")
@@ -339,6 +339,14 @@ GATEWAY_SWEEP_SECONDS = env_int("GATEWAY_SWEEP_SECONDS", 30, minimum=1)
 # (database clock): room for Midtrans's clock, a payment being finished on the page and its notification. An order
 # with less time left gets no session (409 payment_window_closing).
 MIDTRANS_EXPIRY_MARGIN_SECONDS = env_int("MIDTRANS_EXPIRY_MARGIN_SECONDS", 180, minimum=60)
+# Xendit (payments/xendit.py): the secret key (the HTTP Basic user of every call), the callback verification token
+# (x-callback-token), the API's address, the deadline of every call, and how long before the order's
+# payment_expires_at its invoice ends (the same room as Midtrans's margin).
+XENDIT_SECRET_KEY = env("XENDIT_SECRET_KEY", default="")
+XENDIT_CALLBACK_TOKEN = env("XENDIT_CALLBACK_TOKEN", default="")
+XENDIT_API_BASE_URL = env("XENDIT_API_BASE_URL", default="https://api.xendit.co")
+XENDIT_TIMEOUT_SECONDS = env_int("XENDIT_TIMEOUT_SECONDS", 5, minimum=1)
+XENDIT_EXPIRY_MARGIN_SECONDS = env_int("XENDIT_EXPIRY_MARGIN_SECONDS", 180, minimum=60)
 
 # Limits and retention (docs/configuration.md: the defaults suit most shops)
 # A server-side cart expires this long after its last change (database clock); it holds no stock meanwhile.

@@ -25,7 +25,7 @@ class Variable:
 # The headings of docs/configuration.md's generated part, in order; each is followed by the table of its variables
 # (a heading without variables, such as the operator's group, stands above its ``### `` subsections).
 OPERATOR = "## What an operator sets"
-PRODUCTION_AND_SECRETS = "### Production and secrets"
+PRODUCTION_SECTION = "### Production and secrets"
 DATABASE = "### Database"
 WEB_SERVER_AND_LOGS = "### Web server and logs"
 THE_SALE = "### The sale"
@@ -35,7 +35,7 @@ LIMITS = "## Limits, retention and abuse (the defaults suit most shops)"
 DEVELOPMENT = "## Development and tests only"
 SECTIONS = (
     OPERATOR,
-    PRODUCTION_AND_SECRETS,
+    PRODUCTION_SECTION,
     DATABASE,
     WEB_SERVER_AND_LOGS,
     THE_SALE,
@@ -51,55 +51,55 @@ VARIABLES = (
         "DJANGO_ENV",
         default="unset = `production`",
         meaning="`production` or `development`, nothing else. Production: DEBUG off, secret key and hosts required, secure cookies, HSTS, HTTPS redirect, `.env` not read, Django's deployment checks and the demo refused at every start-up ([operations](operations.md#how-production-is-switched-on)). only the process environment selects it, never `.env`; `make run` and `make test` ask for `development` unless the environment names a mode; the image sets `production`",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "DJANGO_SECRET_KEY",
         default="none: required",
         meaning="signs sessions, CSRF tokens, queue passes, payment links and known-device cookies. Production refuses every published value (`skincare.E002`) and a key Django's deployment check calls weak (`skincare.E020`)",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "DJANGO_ALLOWED_HOSTS",
         default="development: `127.0.0.1,localhost,testserver`; production: required",
         meaning="comma-separated host names the shop answers to",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "DJANGO_CSRF_TRUSTED_ORIGINS",
         default="none",
         meaning="comma-separated origins allowed to post the admin's forms from another origin",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "DJANGO_SECURE_PROXY_SSL_HEADER",
         default="unset",
         meaning="e.g. `HTTP_X_FORWARDED_PROTO` behind a TLS-terminating proxy (which must set it and strip it from clients, as [the shipped front](operations.md#the-front-haproxy) does)",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "TRUSTED_PROXIES",
         default="none",
         meaning="comma-separated CIDRs of your reverse proxies: from them the client address (admin login throttle, `/metrics`' loopback rule) is the right-most `X-Forwarded-For` entry that is not a trusted proxy; a range not inside a private or loopback network (10/8, 172.16/12, 192.168/16, 127/8, fc00::/7, ::1) is warning `skincare.W010`, refused in production (`skincare.E013`); requests with `X-Forwarded-For` while it is empty log one warning per process",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "METRICS_TOKEN",
         default="unset",
         meaning="`/metrics` and the sweeper's `--metrics-port` answer `Authorization: Bearer <token>` from anywhere; without it loopback clients only, and nobody in production; production refuses a published or short one (`skincare.E011`)",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "PAYMENT_WEBHOOK_SECRET",
-        default="unset: start-up error `payments.E001` (with `PAYMENT_GATEWAY=midtrans`: the generic webhook refuses every event)",
+        default="unset: start-up error `payments.E001` (with `PAYMENT_GATEWAY=midtrans` or `xendit`: the generic webhook refuses every event)",
         meaning="HMAC key shared with the payment gateway; production refuses published values (`payments.E003`) and weak ones (`payments.E005`)",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     Variable(
         "PUBLIC_BASE_URL",
         default="from the request",
         meaning="base of `payment_url`",
-        section=PRODUCTION_AND_SECRETS,
+        section=PRODUCTION_SECTION,
     ),
     # Database
     Variable(
@@ -241,7 +241,7 @@ VARIABLES = (
     Variable(
         "PAYMENT_GATEWAY",
         default="`sandbox`",
-        meaning="`sandbox` (the built-in page, `PAYMENT_SANDBOX`) or `midtrans` (Snap, rupiah only: `SHOP_CURRENCY=IDR`, else `payments.E009`; whole rupiah only: while it is the gateway a price or sale price with a fraction is refused where it is set, and an older order whose total has one gets `409 amount_not_chargeable`, never a rounded charge); anything else refuses to start",
+        meaning="`sandbox` (the built-in page, `PAYMENT_SANDBOX`), `midtrans` (Snap) or `xendit` (Invoices); with either gateway rupiah only (`SHOP_CURRENCY=IDR`, else `payments.E009`) and whole rupiah only: while it is the gateway a price or sale price with a fraction is refused where it is set, and an older order whose total has one gets `409 amount_not_chargeable`, never a rounded charge; anything else refuses to start",
         section=PAYMENT_GATEWAY,
     ),
     Variable(
@@ -302,6 +302,36 @@ VARIABLES = (
         "MIDTRANS_EXPIRY_MARGIN_SECONDS",
         default="`180` (at least 60)",
         meaning="a Snap session ends this long before the order's `payment_expires_at`; less left: `409 payment_window_closing`",
+        section=PAYMENT_GATEWAY,
+    ),
+    Variable(
+        "XENDIT_SECRET_KEY",
+        default="none: required with `xendit` (`payments.E011`)",
+        meaning="Xendit's secret API key: the HTTP Basic user of every call; production refuses a published one (`payments.E012`)",
+        section=PAYMENT_GATEWAY,
+    ),
+    Variable(
+        "XENDIT_CALLBACK_TOKEN",
+        default="none: required with `xendit` (`payments.E011`)",
+        meaning="the account's callback verification token: a callback whose `x-callback-token` differs is refused (`401 invalid_signature`); production refuses a published one (`payments.E012`)",
+        section=PAYMENT_GATEWAY,
+    ),
+    Variable(
+        "XENDIT_API_BASE_URL",
+        default="`https://api.xendit.co`",
+        meaning="the Invoice API; production refuses one that is not `https://` (`payments.E013`: the secret key travels with every call)",
+        section=PAYMENT_GATEWAY,
+    ),
+    Variable(
+        "XENDIT_TIMEOUT_SECONDS",
+        default="`5`",
+        meaning="the deadline of every call to Xendit, whole: DNS, connect, TLS, the request and every read (payment page: `503 gateway_unavailable`)",
+        section=PAYMENT_GATEWAY,
+    ),
+    Variable(
+        "XENDIT_EXPIRY_MARGIN_SECONDS",
+        default="`180` (at least 60)",
+        meaning="an invoice ends this long before the order's `payment_expires_at` (its `invoice_duration` counted from the database clock); less left: `409 payment_window_closing`",
         section=PAYMENT_GATEWAY,
     ),
     # Limits, retention and abuse (the defaults suit most shops)

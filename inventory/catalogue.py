@@ -23,7 +23,10 @@ Reason = StockMovement.Reason
 # The gateways that charge whole units only, with their rule: while one of them is PAYMENT_GATEWAY a price or sale
 # price with a fraction is refused here, where it is set (the product page, flash_sale_setup, the demo data), never
 # rounded or truncated on its way to the gateway.
-WHOLE_UNIT_GATEWAYS = {"midtrans": "Midtrans charges whole rupiah only (Snap's gross_amount is an integer)"}
+WHOLE_UNIT_GATEWAYS = {
+    "midtrans": "Midtrans charges whole rupiah only (Snap's gross_amount is an integer)",
+    "xendit": "Xendit's invoices are charged in whole rupiah only",
+}
 
 
 def sentence(text: str) -> str:

@@ -1,5 +1,5 @@
-"""The payments endpoints: the signed webhook, the payment page a buyer follows to the gateway, and Midtrans's
-notification. Thin: verify, parse, call a service, render."""
+"""The payments endpoints: the signed webhook, the payment page a buyer follows to the gateway, and the gateways'
+notifications (Midtrans, Xendit). Thin: verify, parse, call a service, render."""
 
 import logging
 import re
@@ -124,8 +124,8 @@ class PaymentWebhookApi(OutcomeCountingMixin, ApiView):
 
 
 class PaymentPageApi(ApiView):
-    """``payment_url`` with Midtrans: the buyer's browser follows the signed link here and is sent on to the order's
-    Snap page, created on the first visit (``payments.sessions.payment_session_open``)."""
+    """``payment_url`` with a gateway: the buyer's browser follows the signed link here and is sent on to the order's
+    page at the gateway, created on the first visit (``payments.sessions.payment_session_open``)."""
 
     authentication_classes = []
     permission_classes = [AllowAny]
@@ -149,5 +149,26 @@ class MidtransNotificationApi(OutcomeCountingMixin, ApiView):
 
     @schemas.MIDTRANS_NOTIFICATION
     def post(self, request: Request) -> Response:
-        order_id, outcome = sessions.notification_apply(body=request.body)
+        order_id, outcome = sessions.notification_apply(
+            gateway_name="midtrans", body=request.body, headers=request.headers
+        )
+        return Response({"status": outcome, "order_id": order_id})
+
+
+class XenditNotificationApi(OutcomeCountingMixin, ApiView):
+    """Xendit's invoice callback: verified by its ``x-callback-token`` and confirmed by asking Xendit before anything
+    changes (``payments.sessions.notification_apply``). Counted with the webhook's events."""
+
+    outcome_counter = metrics.PAYMENT_WEBHOOK_EVENTS
+    allowed_outcomes = metrics.WEBHOOK_OUTCOMES
+    success_outcome_field = "status"
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+
+    @schemas.XENDIT_NOTIFICATION
+    def post(self, request: Request) -> Response:
+        order_id, outcome = sessions.notification_apply(
+            gateway_name="xendit", body=request.body, headers=request.headers
+        )
         return Response({"status": outcome, "order_id": order_id})

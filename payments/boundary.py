@@ -33,7 +33,7 @@ from typing import TypeVar
 
 from django.conf import settings
 
-from payments.exceptions import GatewayUnavailable
+from payments.exceptions import GatewayRateLimited, GatewayUnavailable
 
 T = TypeVar("T")
 
@@ -66,6 +66,9 @@ class Boundary:
         except concurrent.futures.TimeoutError:
             self._record(breaker, ok=False, trial=trial)
             raise GatewayUnavailable(f"The gateway did not answer within {deadline:g} s.") from None
+        except GatewayRateLimited:  # the gateway answered: up, and asking to be asked more slowly
+            self._record(breaker, ok=True, trial=trial)
+            raise
         except GatewayUnavailable:
             self._record(breaker, ok=False, trial=trial)
             raise

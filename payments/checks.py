@@ -12,9 +12,9 @@ from skincare.checks import PRODUCTION_TAG, weak_secret
 @checks.register()
 def webhook_secret(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Without a secret every webhook would be refused with 401: fail at start-up instead, where it is seen. A shop
-    whose gateway is Midtrans takes its payments through Midtrans's notification endpoint (its own signature, keyed
-    by MIDTRANS_SERVER_KEY): without a secret its generic webhook stays off, refusing every event."""
-    if not settings.PAYMENT_WEBHOOK_SECRET and settings.PAYMENT_GATEWAY != "midtrans":
+    whose gateway is Midtrans or Xendit takes its payments through that gateway's notification endpoint (verified by
+    its own key or token): without a secret its generic webhook stays off, refusing every event."""
+    if not settings.PAYMENT_WEBHOOK_SECRET and settings.PAYMENT_GATEWAY == "sandbox":
         return [
             checks.Error(
                 "PAYMENT_WEBHOOK_SECRET is empty: every payment webhook would be refused.",
@@ -133,6 +133,60 @@ def midtrans_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.Che
                 "HTTP Basic user, in clear over plain HTTP.",
                 hint="Set MIDTRANS_SNAP_BASE_URL and MIDTRANS_API_BASE_URL to Midtrans's https:// addresses.",
                 id="payments.E010",
+            )
+        )
+    return errors
+
+
+@checks.register()
+def xendit_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """With PAYMENT_GATEWAY=xendit the secret key and the callback token must be set and the shop must sell in
+    rupiah; in production neither may be a published value and the API's address must be https:// (the secret key
+    travels with every call)."""
+    if settings.PAYMENT_GATEWAY != "xendit":
+        return []
+    missing = [name for name in ("XENDIT_SECRET_KEY", "XENDIT_CALLBACK_TOKEN") if not getattr(settings, name)]
+    if missing:
+        return [
+            checks.Error(
+                f"PAYMENT_GATEWAY is xendit but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} empty: "
+                "no invoice could be opened, or every callback would be refused.",
+                hint="Set XENDIT_SECRET_KEY (Settings > API Keys) and XENDIT_CALLBACK_TOKEN (Settings > Webhooks: the "
+                "verification token) of your Xendit account.",
+                id="payments.E011",
+            )
+        ]
+    errors = []
+    if settings.SHOP_CURRENCY != "IDR":
+        errors.append(
+            checks.Error(
+                f"PAYMENT_GATEWAY is xendit but SHOP_CURRENCY is {settings.SHOP_CURRENCY}: the shop charges its "
+                "invoices in whole rupiah (IDR) only.",
+                hint="Set SHOP_CURRENCY=IDR, or use another gateway.",
+                id="payments.E009",
+            )
+        )
+    if not settings.PRODUCTION:
+        return errors
+    published = [
+        name for name in ("XENDIT_SECRET_KEY", "XENDIT_CALLBACK_TOKEN") if demo.is_published(getattr(settings, name))
+    ]
+    if published:
+        errors.append(
+            checks.Error(
+                f"{' and '.join(published)} {'is a' if len(published) == 1 else 'are'} published demo/test "
+                f"value{'' if len(published) == 1 else 's'}: anyone could call Xendit as the shop or post a callback.",
+                hint="Set them to your Xendit account's secret key and callback verification token.",
+                id="payments.E012",
+            )
+        )
+    if not settings.XENDIT_API_BASE_URL.lower().startswith("https://"):
+        errors.append(
+            checks.Error(
+                f"XENDIT_API_BASE_URL is not https:// ({settings.XENDIT_API_BASE_URL}): every call sends the secret "
+                "key as its HTTP Basic user, in clear over plain HTTP.",
+                hint="Set XENDIT_API_BASE_URL=https://api.xendit.co (the default).",
+                id="payments.E013",
             )
         )
     return errors

@@ -8,8 +8,9 @@ class InvalidSignature(DomainError):
     code = "invalid_signature"
     http_status = 401
     when = (
-        "the webhook's `X-Signature` (or a Midtrans notification's `signature_key`) is missing, malformed, outside "
-        "the time window or wrong, or no secret is configured"
+        "the webhook's `X-Signature` (a Midtrans notification's `signature_key`, a Xendit callback's "
+        "`x-callback-token`) is missing, malformed, outside the time window or wrong, or no secret is configured, or "
+        "the notification is of a gateway this shop does not use"
     )
     default_message = "Missing or invalid webhook signature."
 
@@ -21,13 +22,19 @@ class GatewayUnavailable(DomainError):
     code = "gateway_unavailable"
     http_status = 503
     when = (
-        "Midtrans did not answer within `MIDTRANS_TIMEOUT_SECONDS`, or this process is not asking it right now (it "
-        "failed `GATEWAY_BREAKER_FAILURES` times in a row, or `GATEWAY_MAX_CALLS` calls already wait for it) "
-        "(payment page: the reservation still holds; notification: Midtrans retries); `Retry-After`: 5, or the "
-        "seconds until it is asked again"
+        "the payment gateway did not answer within its timeout (`MIDTRANS_TIMEOUT_SECONDS`, `XENDIT_TIMEOUT_SECONDS`), "
+        "refused the call for its rate limit, or this process is not asking it right now (it failed "
+        "`GATEWAY_BREAKER_FAILURES` times in a row, or `GATEWAY_MAX_CALLS` calls already wait for it) (payment page: "
+        "the reservation still holds; notification: the gateway retries); `Retry-After`: 5, the gateway's wait, or "
+        "the seconds until it is asked again"
     )
     retry_after = 5
     default_message = "The payment gateway is not answering right now; your order is still reserved, retry shortly."
+
+
+class GatewayRateLimited(GatewayUnavailable):
+    """The gateway refused the call for its rate limit (HTTP 429): nothing was done there, and the gateway is up (the
+    circuit breaker does not count it); the same 503 ``gateway_unavailable``, with the gateway's wait."""
 
 
 class PaymentWindowClosing(DomainError):
@@ -35,7 +42,10 @@ class PaymentWindowClosing(DomainError):
 
     code = "payment_window_closing"
     http_status = 409
-    when = "a Midtrans payment page for an order with less than `MIDTRANS_EXPIRY_MARGIN_SECONDS` (+1 minute) left"
+    when = (
+        "a gateway's payment page for an order with less than the gateway's expiry margin "
+        "(`MIDTRANS_EXPIRY_MARGIN_SECONDS`, `XENDIT_EXPIRY_MARGIN_SECONDS`) + 1 minute left"
+    )
     default_message = "Too little time is left to pay this order."
 
     order_id: int
@@ -49,9 +59,9 @@ class AmountNotChargeable(DomainError):
     code = "amount_not_chargeable"
     http_status = 409
     when = (
-        "a Midtrans payment page for an order whose total has a fraction (Midtrans charges whole rupiah; the "
-        "catalogue refuses such prices while it is the gateway, so only an order placed before the switch can have "
-        "one): never charged a rounded amount"
+        "a gateway's payment page for an order whose total has a fraction (Midtrans and Xendit are charged whole "
+        "rupiah; the catalogue refuses such prices while either is the gateway, so only an order placed before the "
+        "switch can have one): never charged a rounded amount"
     )
     default_message = "This order's total cannot be charged by the payment gateway (it charges whole amounts only)."
 

@@ -18,7 +18,8 @@ import hmac
 import json
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -69,12 +70,17 @@ def gateway_order_id_valid(value: Any) -> str:
 
 class MidtransGateway:
     name = "midtrans"
+    shortest_session = timedelta(minutes=1)  # a Snap session lasts whole minutes
 
     def __init__(self, *, server_key: str, snap_base_url: str, api_base_url: str, timeout: float) -> None:
         self.server_key = server_key
         self.snap_base_url = snap_base_url.rstrip("/")
         self.api_base_url = api_base_url.rstrip("/")
         self.timeout = timeout
+
+    @property
+    def expiry_margin(self) -> timedelta:
+        return timedelta(seconds=settings.MIDTRANS_EXPIRY_MARGIN_SECONDS)
 
     @classmethod
     def from_settings(cls) -> "MidtransGateway":
@@ -149,9 +155,9 @@ class MidtransGateway:
             raise GatewayUnavailable(f"Midtrans refused the Snap session ({status}): {data.get('error_messages')}")
         return gateway.Session(token=token, redirect_url=redirect_url)
 
-    def notification_read(self, *, body: bytes) -> str:
-        """The gateway order id a notification names, once its ``signature_key`` is verified (constant-time); anything
-        else raises InvalidSignature (401) or InvalidInput (400)."""
+    def notification_read(self, *, body: bytes, headers: Mapping[str, str]) -> str:
+        """The gateway order id a notification names, once its ``signature_key`` (in the body) is verified
+        (constant-time); anything else raises InvalidSignature (401) or InvalidInput (400)."""
         if not self.server_key:
             raise InvalidSignature("MIDTRANS_SERVER_KEY is not configured; refusing all notifications.")
         try:

@@ -88,27 +88,28 @@ WEBHOOK = extend_schema(
 
 PAYMENT_PAGE = extend_schema(
     operation_id="payment_page",
-    summary="Where payment_url leads with PAYMENT_GATEWAY=midtrans (a browser link, signed)",
+    summary="Where payment_url leads with PAYMENT_GATEWAY=midtrans or xendit (a browser link, signed)",
     description=(
-        "Redirects to the order's Midtrans Snap page, created on the first visit and reused afterwards. The page "
-        "closes MIDTRANS_EXPIRY_MARGIN_SECONDS before the order's payment_expires_at."
+        "Redirects to the order's gateway page (Midtrans's Snap page, Xendit's invoice), created on the first visit "
+        "and reused afterwards. The page closes the gateway's expiry margin (MIDTRANS_EXPIRY_MARGIN_SECONDS, "
+        "XENDIT_EXPIRY_MARGIN_SECONDS) before the order's payment_expires_at."
     ),
     auth=[],
     responses={
-        302: OpenApiResponse(description="To the Snap page (`Location`)."),
+        302: OpenApiResponse(description="To the gateway's page (`Location`)."),
         404: error(
             "The link is forged, altered or expired, or the order does not exist.", "not_found", "order_not_found"
         ),
         409: error(
             "The order is no longer pending, too little of its payment window is left, or its total has a fraction "
-            "Midtrans cannot charge (whole rupiah only).",
+            "the gateway cannot charge (whole rupiah only).",
             "order_not_pending",
             "payment_window_closing",
             "amount_not_chargeable",
         ),
         500: INTERNAL,
         503: error(
-            "Midtrans did not answer in time (the reservation still holds); retry after `Retry-After`.",
+            "The gateway did not answer in time (the reservation still holds); retry after `Retry-After`.",
             "gateway_unavailable",
             "busy",
         ),
@@ -137,6 +138,36 @@ MIDTRANS_NOTIFICATION = extend_schema(
         413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
         500: INTERNAL,
         503: error("The status API did not confirm it; Midtrans retries.", "gateway_unavailable", "busy"),
+    },
+    tags=["payments"],
+)
+
+XENDIT_NOTIFICATION = extend_schema(
+    operation_id="xendit_notification",
+    summary="Xendit invoice callback",
+    description=(
+        "Verified by `x-callback-token` (compared in constant time with XENDIT_CALLBACK_TOKEN), then confirmed by "
+        "asking Xendit for the invoices of the callback's `external_id` and applied once per invoice status to the "
+        "order that id belongs to (only an id this shop issued; the callback's own status, amount and invoice id are "
+        "not trusted). A replay, with the same `webhook-id` or a new one, changes nothing. Money for an id the shop "
+        "did not issue pays no order: it is recorded for ops and answered `unmatched` with `order_id` null."
+    ),
+    auth=[],
+    request=OpenApiTypes.OBJECT,
+    parameters=[
+        OpenApiParameter("x-callback-token", str, OpenApiParameter.HEADER, required=True),
+        OpenApiParameter("webhook-id", str, OpenApiParameter.HEADER, required=False),
+    ],
+    responses={
+        200: OpenApiResponse(
+            OpenApiTypes.OBJECT, description="Applied, a replay (`duplicate`), `unmatched`, or `ignored`."
+        ),
+        400: error("The body is not JSON or its external_id is not an id this shop issues.", "invalid_request"),
+        401: error("The x-callback-token is missing or wrong; nothing changed.", "invalid_signature"),
+        404: error("The callback names an order that does not exist.", "order_not_found"),
+        413: error("The body is larger than REQUEST_MAX_BODY_BYTES.", "payload_too_large"),
+        500: INTERNAL,
+        503: error("Xendit did not confirm it; Xendit retries.", "gateway_unavailable", "busy"),
     },
     tags=["payments"],
 )

@@ -3,9 +3,10 @@ notifications, the sweeper's question before it cancels, and reconciliation.
 
 No call to the gateway is made inside a database transaction or on the checkout's path: the checkout's
 ``payment_url`` points at this service (:func:`payment_url`), and the buyer's visit there creates the gateway's
-session once (:func:`payment_session_open`, stored in ``payment_sessions``) and is sent on to it. A session ends
-``MIDTRANS_EXPIRY_MARGIN_SECONDS`` before the order's deadline by the database clock, so the gateway cannot take
-money for a reservation that is over.
+session once (:func:`payment_session_open`, stored in ``payment_sessions``) and is sent on to it. A session ends the
+gateway's expiry margin (``MIDTRANS_EXPIRY_MARGIN_SECONDS``, ``XENDIT_EXPIRY_MARGIN_SECONDS``) before the order's
+deadline by the database clock, so the gateway cannot take money for a reservation that is over. Nothing here asks
+which gateway it talks to: what differs lives in each gateway's module (``payments.gateway``).
 """
 
 import concurrent.futures
@@ -14,7 +15,8 @@ import json
 import logging
 import secrets
 import uuid
-from datetime import datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, cast
 
@@ -28,10 +30,11 @@ from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order
 from orders.selectors import OrderView
 from payments import gateway, sandbox, services
-from payments.exceptions import AmountNotChargeable, GatewayUnavailable, PaymentWindowClosing
+from payments.exceptions import AmountNotChargeable, GatewayUnavailable, InvalidSignature, PaymentWindowClosing
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
 from payments.models import PaymentStatus
+from payments.xendit import XenditGateway
 from skincare.db import retry_transient
 from skincare.locks import advisory_xact_lock
 
@@ -46,13 +49,20 @@ def configured_gateway() -> Gateway:
     """The gateway ``PAYMENT_GATEWAY`` names (settings refuse any other value at start-up)."""
     if settings.PAYMENT_GATEWAY == "midtrans":
         return MidtransGateway.from_settings()
+    if settings.PAYMENT_GATEWAY == "xendit":
+        return XenditGateway.from_settings()
     return gateway.SandboxGateway()
 
 
+def gateway_pages() -> bool:
+    """Whether buyers pay on a gateway's pages (Midtrans, Xendit), not the sandbox's built-in one."""
+    return settings.PAYMENT_GATEWAY != "sandbox"
+
+
 def payment_url(request: HttpRequest, order: OrderView) -> str | None:
-    """Where the customer pays ``order`` (its ``payment_url``), while it is pending: with Midtrans this service's
-    signed link that opens (or reuses) the Snap session; with the sandbox its page (``payments.sandbox``)."""
-    if settings.PAYMENT_GATEWAY != "midtrans":
+    """Where the customer pays ``order`` (its ``payment_url``), while it is pending: with a gateway this service's
+    signed link that opens (or reuses) the gateway's page; with the sandbox its page (``payments.sandbox``)."""
+    if not gateway_pages():
         return sandbox.payment_url(request, order)
     if order.status != Order.Status.PENDING_PAYMENT:
         return None
@@ -113,19 +123,19 @@ CLOSE_TRANSACTION_SQL = "UPDATE gateway_transactions SET closed_at = now() WHERE
 ORDER_STATUS_SQL = "SELECT status FROM orders WHERE id = %s"
 
 
-def session_ends_at(*, payment_expires_at: datetime) -> datetime:
-    """When an order's gateway session must end: the safety margin before its deadline."""
-    return payment_expires_at - timedelta(seconds=settings.MIDTRANS_EXPIRY_MARGIN_SECONDS)
+def session_ends_at(gw: Gateway, *, payment_expires_at: datetime) -> datetime:
+    """When an order's gateway session must end: the gateway's safety margin before its deadline."""
+    return payment_expires_at - gw.expiry_margin
 
 
 def payment_session_open(*, order_id: int, customer_id: int) -> str:
     """The gateway page of a customer's pending order: the stored one, or a new one created now (outside any
-    transaction, bounded by MIDTRANS_TIMEOUT_SECONDS) and stored. Refuses an order that is not pending (409
-    order_not_pending), has less than the margin left (409 payment_window_closing) or a total the gateway cannot
-    charge (409 amount_not_chargeable: Midtrans charges whole rupiah); a gateway that does not answer
-    is 503 gateway_unavailable and leaves the reservation as it is. Only with PAYMENT_GATEWAY=midtrans (the sandbox
+    transaction, bounded by the gateway's timeout) and stored. Refuses an order that is not pending (409
+    order_not_pending), has less than the margin and the gateway's shortest page left (409 payment_window_closing)
+    or a total the gateway cannot charge (409 amount_not_chargeable: both charge whole rupiah); a gateway that does
+    not answer is 503 gateway_unavailable and leaves the reservation as it is. Only with a gateway (the sandbox
     links to its own page): 404 otherwise."""
-    if settings.PAYMENT_GATEWAY != "midtrans":
+    if not gateway_pages():
         raise Http404("this shop's payment pages are the sandbox's")
     gw = configured_gateway()
     with connection.cursor() as cursor:
@@ -138,17 +148,15 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
         raise OrderNotPending(order_id=order_id, status=status)
     if stored_url:
         return stored_url
-    if total != total.to_integral_value():  # Midtrans charges whole rupiah: never a rounded amount
+    if total != total.to_integral_value():  # the gateways charge whole rupiah: never a rounded amount
         raise AmountNotChargeable(order_id=order_id)
-    ends_at = session_ends_at(payment_expires_at=expires_at)
-    if ends_at - now < timedelta(minutes=1):  # a Snap session lasts whole minutes
+    ends_at = session_ends_at(gw, payment_expires_at=expires_at)
+    if ends_at - now < gw.shortest_session:
         raise PaymentWindowClosing(order_id=order_id)
     # A new gateway order id per attempt: an earlier attempt whose answer was lost may have created its transaction.
     gateway_order_id = f"{order_id}-{secrets.token_hex(4)}"
     with connection.cursor() as cursor:
-        cursor.execute(
-            CLAIM_SESSION_SQL, [order_id, gw.name, ends_at, gateway_order_id, 2 * settings.MIDTRANS_TIMEOUT_SECONDS]
-        )
+        cursor.execute(CLAIM_SESSION_SQL, [order_id, gw.name, ends_at, gateway_order_id, 2 * gw.timeout])
         claimed = cursor.fetchone() is not None
     if not claimed:  # another visit created it a moment ago, or is creating it right now
         with connection.cursor() as cursor:
@@ -234,7 +242,7 @@ def session_close_after_cancel(*, order_id: int) -> None:
     """After a cancel has committed (the customer's, the admin's Cancel action, ``flash_sale_setup``'s): close every
     gateway transaction of the order not yet known closed, so no page can take money for a cancelled order (bounded;
     no answer → the session is marked for reconcile_payments)."""
-    if settings.PAYMENT_GATEWAY != "midtrans":
+    if not gateway_pages():
         return
     with connection.cursor() as cursor:
         cursor.execute(OPEN_TRANSACTIONS_SQL, [order_id, ""])
@@ -288,14 +296,17 @@ def issued_order(*, gateway_order_id: str) -> int | None:
     return None if row is None else row[0]
 
 
-def notification_apply(*, body: bytes) -> tuple[int | None, str]:
-    """A gateway notification: verified (401 otherwise, nothing changes), confirmed with the gateway's status API
+def notification_apply(*, gateway_name: str, body: bytes, headers: Mapping[str, str]) -> tuple[int | None, str]:
+    """A notification posted to ``gateway_name``'s endpoint: refused (401) unless that is the configured gateway;
+    verified by it (401 otherwise, nothing changes), confirmed with the gateway's status API
     (money is recorded from that answer only; no answer → 503, so the gateway retries), matched to the order whose
     transaction id it names (only an id the shop issued: ``gateway_transactions``), applied once. Money for an id
     the shop did not issue pays no order: it is recorded for ops (``unmatched``, order id None). Returns the order
     id and the outcome."""
     gw = configured_gateway()
-    gateway_order_id = gw.notification_read(body=body)
+    if gw.name != gateway_name:
+        raise InvalidSignature(f"{gateway_name} notifications are not enabled here (PAYMENT_GATEWAY is {gw.name}).")
+    gateway_order_id = gw.notification_read(body=body, headers=headers)
     status = gw.status_get(gateway_order_id=gateway_order_id)
     if status is None:
         raise GatewayUnavailable(f"The gateway has no transaction {gateway_order_id} yet.")
@@ -428,7 +439,7 @@ def sessions_check_due(*, limit: int, sweeper: str | None = None) -> SessionChec
     question, or the deadline of the last one asked when there were more), and ``elsewhere`` the due orders another
     sweeper is asking about: the sweeper's batches then claim only orders due by then and not elsewhere
     (``orders.services.orders_expire_due``), and with ``more`` it checks again."""
-    if settings.PAYMENT_GATEWAY == "sandbox":
+    if not gateway_pages():
         return SessionCheck()
     gw = configured_gateway()
     leased, now, elsewhere = _due_sessions_lease(limit=limit, sweeper=sweeper or uuid.uuid4().hex)

@@ -42,27 +42,27 @@ def midtrans(server_key=TEST_MIDTRANS_SERVER_KEY, base_url="https://api.sandbox.
 
 
 def test_a_notification_signed_by_the_documented_formula_is_read():
-    assert midtrans().notification_read(body=notification(documented_signature())) == ORDER_ID
+    assert midtrans().notification_read(body=notification(documented_signature()), headers={}) == ORDER_ID
     upper = documented_signature().upper()  # hex in either case
-    assert midtrans().notification_read(body=notification(upper)) == ORDER_ID
+    assert midtrans().notification_read(body=notification(upper), headers={}) == ORDER_ID
 
 
 @pytest.mark.parametrize("length", [0, 1, 64, 127])
 def test_a_prefix_of_the_right_signature_is_refused(length):
     with pytest.raises(InvalidSignature):
-        midtrans().notification_read(body=notification(documented_signature()[:length]))
+        midtrans().notification_read(body=notification(documented_signature()[:length]), headers={})
 
 
 def test_a_digest_without_the_status_code_is_refused():
     without = hashlib.sha512((ORDER_ID + GROSS + TEST_MIDTRANS_SERVER_KEY).encode()).hexdigest()
     with pytest.raises(InvalidSignature):
-        midtrans().notification_read(body=notification(without))
+        midtrans().notification_read(body=notification(without), headers={})
 
 
 def test_an_empty_server_key_verifies_nothing():
     """A shop without a key must not accept the digest anyone can compute over an empty key."""
     with pytest.raises(InvalidSignature, match="not configured"):
-        midtrans(server_key="").notification_read(body=notification(documented_signature(key="")))
+        midtrans(server_key="").notification_read(body=notification(documented_signature(key="")), headers={})
 
 
 # Answers about something else, and refusals
