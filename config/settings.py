@@ -297,10 +297,19 @@ CHECKOUT_RATE_LIMIT = env("CHECKOUT_RATE_LIMIT", default="")
 # The shop's currency (ISO 4217 code): every order is written in it, the API shows it, and a payment event in any
 # other currency is a mismatch, never a payment (payments.services). Checked at start-up (skincare.E012).
 SHOP_CURRENCY = env("SHOP_CURRENCY", default="IDR")
+# The payment gateway behind payment_url (payments/gateway.py): `sandbox` (the built-in page, PAYMENT_SANDBOX),
+# `midtrans` (Snap) or `xendit` (Invoices); docs/runbooks/payments.md.
+PAYMENT_GATEWAY = env_choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans", "xendit"))
+# Payment pages created per second across every web process (payments.sessions.session_turn_take), so the gateway's
+# rate limit is never what a buyer meets: Xendit's default stays within its published 10/s, Midtrans publishes none;
+# 0 = not paced (the tests of other things, a gateway without a limit). The sandbox creates no pages.
+PAYMENT_SESSIONS_PER_SECOND = env_int(
+    "PAYMENT_SESSIONS_PER_SECOND", {"sandbox": 0, "midtrans": 10, "xendit": 8}[PAYMENT_GATEWAY], minimum=0
+)
 # The waiting room (docs/queue.md, waitingroom/): a queued product's default pace (admissions per second, the admin
 # and flash_sale_setup --admit-per-second set each queue's own), how long before sale_starts_at its queue opens for
-# joining, how long an admission lasts.
-QUEUE_ADMIT_PER_SECOND = env_int("QUEUE_ADMIT_PER_SECOND", 10, minimum=1)
+# joining, how long an admission lasts. A pace never exceeds the payment pages' (payments.E014): by default the lower.
+QUEUE_ADMIT_PER_SECOND = env_int("QUEUE_ADMIT_PER_SECOND", min(10, PAYMENT_SESSIONS_PER_SECOND or 10), minimum=1)
 QUEUE_OPENS_BEFORE_SECONDS = env_int("QUEUE_OPENS_BEFORE_SECONDS", 3600)
 ADMISSION_TTL_SECONDS = env_int("ADMISSION_TTL_SECONDS", 120, minimum=1)
 # The most units of a queued product one admission buys (the queue admits as many buyers as there are units).
@@ -308,9 +317,6 @@ QUEUE_UNITS_PER_ADMISSION = env_int("QUEUE_UNITS_PER_ADMISSION", 2, minimum=1)
 PAYMENT_WEBHOOK_SECRET = env("PAYMENT_WEBHOOK_SECRET", default="")
 # Where payment links point when the request's own address is not the public one.
 PUBLIC_BASE_URL = env("PUBLIC_BASE_URL", default="")
-# The payment gateway behind payment_url (payments/gateway.py): `sandbox` (the built-in page, PAYMENT_SANDBOX),
-# `midtrans` (Snap) or `xendit` (Invoices); docs/runbooks/payments.md.
-PAYMENT_GATEWAY = env_choice("PAYMENT_GATEWAY", "sandbox", ("sandbox", "midtrans", "xendit"))
 MIDTRANS_SERVER_KEY = env("MIDTRANS_SERVER_KEY", default="")
 MIDTRANS_SNAP_BASE_URL = env("MIDTRANS_SNAP_BASE_URL", default="https://app.sandbox.midtrans.com")
 MIDTRANS_API_BASE_URL = env("MIDTRANS_API_BASE_URL", default="https://api.sandbox.midtrans.com")

@@ -208,8 +208,8 @@ VARIABLES = (
     ),
     Variable(
         "QUEUE_ADMIT_PER_SECOND",
-        default="`10`",
-        meaning="a queued product's default pace; each queue may set its own ([queue](queue.md))",
+        default="`10`, or `PAYMENT_SESSIONS_PER_SECOND` when that is lower",
+        meaning="a queued product's default pace; each queue may set its own ([queue](queue.md)); with a gateway, above `PAYMENT_SESSIONS_PER_SECOND` refuses to start (`payments.E014`) and a queue's own pace above it is refused where it is set",
         section=THE_SALE,
     ),
     Variable(
@@ -302,6 +302,12 @@ VARIABLES = (
         "MIDTRANS_EXPIRY_MARGIN_SECONDS",
         default="`180` (at least 60)",
         meaning="a Snap session ends this long before the order's `payment_expires_at`; less left: `409 payment_window_closing`",
+        section=PAYMENT_GATEWAY,
+    ),
+    Variable(
+        "PAYMENT_SESSIONS_PER_SECOND",
+        default="`8` with `xendit` (its published limit is 10/s), `10` with `midtrans` (it publishes none), `0` with `sandbox`",
+        meaning="payment pages created per second across every web process, one at a time at even spacing ([runbook](runbooks/payments.md#pace-the-payment-pages)): a visit whose turn has not come gets `503 payment_pages_paced` with the seconds to its turn, never the gateway's 429; `0`: not paced",
         section=PAYMENT_GATEWAY,
     ),
     Variable(

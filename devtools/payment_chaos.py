@@ -406,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             "MIDTRANS_API_BASE_URL": fake.base_url,
             "MIDTRANS_TIMEOUT_SECONDS": str(int(args.deadline)),
             "MIDTRANS_EXPIRY_MARGIN_SECONDS": "60",
+            "PAYMENT_SESSIONS_PER_SECOND": "0",  # the fake has no rate limit: the faults, not the pace, are rehearsed
             "GATEWAY_BREAKER_FAILURES": "3",
             "GATEWAY_BREAKER_SECONDS": "2",
             "RESERVATION_TTL_SECONDS": "900",

@@ -190,3 +190,23 @@ def xendit_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
             )
         )
     return errors
+
+
+@checks.register()
+def queue_pace_within_page_pace(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A queue admits buyers at its pace and each admitted buyer asks for one payment page: a pace above
+    PAYMENT_SESSIONS_PER_SECOND would grow a line for pages that only the reservations' end empties. At or below it,
+    pages keep up with admissions (docs/runbooks/payments.md#pace-the-payment-pages); each queue's own pace is held
+    to the same bound where it is set (``waitingroom.services``)."""
+    rate = settings.PAYMENT_SESSIONS_PER_SECOND
+    if settings.PAYMENT_GATEWAY == "sandbox" or not rate or rate >= settings.QUEUE_ADMIT_PER_SECOND:
+        return []
+    return [
+        checks.Error(
+            f"QUEUE_ADMIT_PER_SECOND ({settings.QUEUE_ADMIT_PER_SECOND}) is above PAYMENT_SESSIONS_PER_SECOND ({rate}): "
+            "a sale would admit buyers faster than the gateway's payment pages can be created for them, and the last "
+            "ones could lose their reservation waiting for a page.",
+            hint=f"Set QUEUE_ADMIT_PER_SECOND to at most {rate} (or unset it: its default follows the page rate).",
+            id="payments.E014",
+        )
+    ]

@@ -1,7 +1,7 @@
 """Payments' domain errors: each is one class that declares its code, HTTP status and fields (the body's fields,
 in this order; see ``skincare.errors``)."""
 
-from skincare.errors import DomainError
+from skincare.errors import DomainError, RetryAfterError
 
 
 class InvalidSignature(DomainError):
@@ -35,6 +35,22 @@ class GatewayUnavailable(DomainError):
 class GatewayRateLimited(GatewayUnavailable):
     """The gateway refused the call for its rate limit (HTTP 429): nothing was done there, and the gateway is up (the
     circuit breaker does not count it); the same 503 ``gateway_unavailable``, with the gateway's wait."""
+
+
+class PaymentPagesPaced(RetryAfterError):
+    """The gateway's payment pages are created at their pace (``PAYMENT_SESSIONS_PER_SECOND``, shared by every web
+    process) and this visit's turn has not come: nothing was asked of the gateway, the reservation still holds."""
+
+    code = "payment_pages_paced"
+    http_status = 503
+    when = (
+        "a payment page's turn has not come: the gateway's pages are created at `PAYMENT_SESSIONS_PER_SECOND` across "
+        "the shop (a gateway's 429 moves the next turn on by its wait); the reservation still holds; `Retry-After`: "
+        "the seconds until the next turn"
+    )
+    default_message = "Payment pages are being prepared in turn; your order is still reserved, retry shortly."
+
+    order_id: int
 
 
 class PaymentWindowClosing(DomainError):

@@ -146,6 +146,21 @@ class GatewayTransaction(models.Model):
         return f"{self.gateway} transaction {self.gateway_order_id} of order {self.order_id}"
 
 
+class SessionPace(models.Model):
+    """One row per gateway: the earliest instant (database clock) its next payment page may be created, shared by
+    every web process (``payments.sessions.session_turn_take``, ``PAYMENT_SESSIONS_PER_SECOND``); a gateway's 429
+    moves it on by the gateway's wait."""
+
+    gateway = models.CharField(max_length=20, primary_key=True)
+    next_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "payment_session_pace"
+
+    def __str__(self):
+        return f"{self.gateway}: next payment page at {self.next_at}"
+
+
 class UnmatchedPayment(models.Model):
     """Money a gateway reports for a transaction id that is not in ``gateway_transactions``: never applied to an
     order; kept until ops resolve it (refund it at the gateway, or settle it with the buyer) in the admin. Counted

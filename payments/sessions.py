@@ -30,7 +30,14 @@ from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order
 from orders.selectors import OrderView
 from payments import gateway, sandbox, services
-from payments.exceptions import AmountNotChargeable, GatewayUnavailable, InvalidSignature, PaymentWindowClosing
+from payments.exceptions import (
+    AmountNotChargeable,
+    GatewayRateLimited,
+    GatewayUnavailable,
+    InvalidSignature,
+    PaymentPagesPaced,
+    PaymentWindowClosing,
+)
 from payments.gateway import Gateway
 from payments.midtrans import MidtransGateway
 from payments.models import PaymentStatus
@@ -123,6 +130,51 @@ CLOSE_TRANSACTION_SQL = "UPDATE gateway_transactions SET closed_at = now() WHERE
 ORDER_STATUS_SQL = "SELECT status FROM orders WHERE id = %s"
 
 
+# The gateway's next payment-page turn (PAYMENT_SESSIONS_PER_SECOND): taken when it is due, and the next one is then
+# one spacing later. One upsert on the gateway's row (payments.models.SessionPace), alone in its own transaction, so
+# every web process shares one exact pace; no credit accrues while idle, so no burst ever exceeds the rate. The clock
+# is the database's as the statement runs (clock_timestamp(): a take that waited for the row measures from then).
+SESSION_TURN_TAKE_SQL = """
+INSERT INTO payment_session_pace AS p (gateway, next_at)
+VALUES (%(gateway)s, clock_timestamp() + make_interval(secs => %(spacing)s))
+ON CONFLICT (gateway) DO UPDATE SET next_at = EXCLUDED.next_at
+    WHERE p.next_at <= clock_timestamp()
+RETURNING next_at
+"""
+SESSION_TURN_WAIT_SQL = (
+    "SELECT extract(epoch FROM next_at - clock_timestamp())::float FROM payment_session_pace WHERE gateway = %s"
+)
+# A gateway's 429: no turn before its wait is over, in any process.
+SESSION_PACE_BACK_OFF_SQL = """
+INSERT INTO payment_session_pace AS p (gateway, next_at)
+VALUES (%(gateway)s, clock_timestamp() + make_interval(secs => %(wait)s))
+ON CONFLICT (gateway) DO UPDATE SET next_at = greatest(p.next_at, EXCLUDED.next_at)
+"""
+
+
+def session_turn_take(gw: Gateway, *, order_id: int) -> None:
+    """Take the gateway's next payment-page turn, or refuse with 503 payment_pages_paced and the seconds until the
+    next one (``Retry-After``). Not paced when PAYMENT_SESSIONS_PER_SECOND is 0."""
+    rate = settings.PAYMENT_SESSIONS_PER_SECOND
+    if not rate:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(SESSION_TURN_TAKE_SQL, {"gateway": gw.name, "spacing": 1 / rate})
+        if cursor.fetchone() is not None:
+            return
+        cursor.execute(SESSION_TURN_WAIT_SQL, [gw.name])
+        row = cursor.fetchone()
+    raise PaymentPagesPaced(order_id=order_id, retry_after_seconds=row[0] if row else 1)
+
+
+def session_pace_back_off(gw: Gateway, *, wait_seconds: int) -> None:
+    """The gateway refused a page for its rate limit: no process takes a turn before ``wait_seconds`` are over."""
+    if not settings.PAYMENT_SESSIONS_PER_SECOND:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(SESSION_PACE_BACK_OFF_SQL, {"gateway": gw.name, "wait": wait_seconds})
+
+
 def session_ends_at(gw: Gateway, *, payment_expires_at: datetime) -> datetime:
     """When an order's gateway session must end: the gateway's safety margin before its deadline."""
     return payment_expires_at - gw.expiry_margin
@@ -153,6 +205,7 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
     ends_at = session_ends_at(gw, payment_expires_at=expires_at)
     if ends_at - now < gw.shortest_session:
         raise PaymentWindowClosing(order_id=order_id)
+    session_turn_take(gw, order_id=order_id)
     # A new gateway order id per attempt: an earlier attempt whose answer was lost may have created its transaction.
     gateway_order_id = f"{order_id}-{secrets.token_hex(4)}"
     with connection.cursor() as cursor:
@@ -179,6 +232,8 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
             ends_at=ends_at,
         )
     except BaseException as exc:
+        if isinstance(exc, GatewayRateLimited):
+            session_pace_back_off(gw, wait_seconds=exc.retry_after)
         with connection.cursor() as cursor:
             cursor.execute(RELEASE_CLAIM_SQL, [order_id])
             if not sending or not getattr(exc, "sent", True):  # the gateway never heard of this attempt

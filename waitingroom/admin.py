@@ -4,16 +4,30 @@ Permissions follow the product page: stock managers (``inventory.change_product`
 remove queues; ops viewers (``inventory.view_product``) see them. Every change goes through ``waitingroom.services``.
 """
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from skincare.errors import InvalidInput
 from waitingroom import selectors, services
 from waitingroom.models import ProductQueue
 
 
+class ProductQueueForm(forms.ModelForm):
+    def clean_admit_per_second(self) -> int:
+        """The pace's bounds (``waitingroom.services.queue_pace_check``) as the form's own error, before any save."""
+        pace = self.cleaned_data["admit_per_second"]
+        try:
+            services.queue_pace_check(admit_per_second=pace)
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from None
+        return pace
+
+
 @admin.register(ProductQueue)
 class ProductQueueAdmin(admin.ModelAdmin):
+    form = ProductQueueForm
     list_display = [
         "product",
         "admit_per_second",

@@ -240,10 +240,19 @@ ON CONFLICT (product_id) DO UPDATE SET admit_per_second = EXCLUDED.admit_per_sec
 """
 
 
-def _check_pace(admit_per_second: int) -> None:
+def queue_pace_check(*, admit_per_second: int) -> None:
+    """At least 1 a second; with a gateway's payment pages, at most their pace (PAYMENT_SESSIONS_PER_SECOND: each
+    admitted buyer asks for one page, and pages must keep up with admissions; start-up holds the default pace to
+    the same bound, payments.E014)."""
     if admit_per_second < 1:
         raise InvalidInput(
             "The pace must be at least 1 admission per second.", fields={"admit_per_second": ["at least 1"]}
+        )
+    pages = settings.PAYMENT_SESSIONS_PER_SECOND
+    if settings.PAYMENT_GATEWAY != "sandbox" and pages and admit_per_second > pages:
+        raise InvalidInput(
+            f"The pace must not exceed the payment pages' ({pages} a second, PAYMENT_SESSIONS_PER_SECOND).",
+            fields={"admit_per_second": [f"at most {pages}"]},
         )
 
 
@@ -252,7 +261,7 @@ def queue_set(*, product_id: int, admit_per_second: int | None = None) -> None:
     """Make the product's checkout require an admission, at ``admit_per_second`` (QUEUE_ADMIT_PER_SECOND by
     default), or change the pace of its queue (from the next advance on)."""
     pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
-    _check_pace(pace)
+    queue_pace_check(admit_per_second=pace)
     if not _product_exists(product_id):
         raise ProductNotFound(product_id=product_id)
     with connection.cursor() as cursor:
@@ -294,7 +303,7 @@ def queue_reset(*, product_id: int, admit_per_second: int | None = None) -> int:
     ``admit_per_second`` (QUEUE_ADMIT_PER_SECOND by default), in one transaction a join cannot interleave with (a
     join's pass is deleted with the old queue or belongs to the new one). Returns the passes deleted."""
     pace = settings.QUEUE_ADMIT_PER_SECOND if admit_per_second is None else admit_per_second
-    _check_pace(pace)
+    queue_pace_check(admit_per_second=pace)
     if not _product_exists(product_id):
         raise ProductNotFound(product_id=product_id)
     with connection.cursor() as cursor:

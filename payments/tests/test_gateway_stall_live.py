@@ -81,6 +81,7 @@ def test_a_stalled_gateway_leaves_the_catalogue_and_checkout_as_fast_as_before(
             "MIDTRANS_API_BASE_URL": fake.base_url,
             "MIDTRANS_TIMEOUT_SECONDS": DEADLINE,
             "MIDTRANS_EXPIRY_MARGIN_SECONDS": 60,
+            "PAYMENT_SESSIONS_PER_SECOND": 0,  # every page reaches the stalled gateway: the boundary is tested here
             "GATEWAY_BREAKER_FAILURES": breaker_failures,
             "GATEWAY_BREAKER_SECONDS": 60,
             "GATEWAY_MAX_CALLS": 2,

@@ -39,6 +39,7 @@ from orders.models import Order, Reservation
 from payments import sessions
 from skincare.db import db_now
 from skincare.errors import InvalidInput
+from waitingroom import services as queue_services
 
 FLASH_SALE_PRODUCT_ID = 101
 NOTE = "flash sale setup"
@@ -121,8 +122,11 @@ def _refuse_bad_options(
         raise CommandError("--stock must not be negative")
     if admit_per_second is not None and not queue:
         raise CommandError("--admit-per-second needs --queue")
-    if admit_per_second is not None and admit_per_second < 1:
-        raise CommandError("--admit-per-second must be at least 1")
+    if admit_per_second is not None:
+        try:  # at least 1, and within the payment pages' pace (waitingroom.services.queue_pace_check)
+            queue_services.queue_pace_check(admit_per_second=admit_per_second)
+        except InvalidInput as exc:
+            raise CommandError(f"--admit-per-second: {exc.message}") from None
     for name, seconds in (("--starts-in", starts_in), ("--duration", duration)):
         if seconds is not None and seconds < 0:
             raise CommandError(f"{name} must not be negative")
