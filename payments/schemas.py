@@ -109,8 +109,10 @@ PAYMENT_PAGE = extend_schema(
         ),
         500: INTERNAL,
         503: error(
-            "The gateway did not answer in time (the reservation still holds); retry after `Retry-After`.",
+            "The gateway did not answer in time, or this page's turn at the gateway's pace "
+            "(PAYMENT_SESSIONS_PER_SECOND) has not come (the reservation still holds); retry after `Retry-After`.",
             "gateway_unavailable",
+            "payment_pages_paced",
             "busy",
         ),
     },

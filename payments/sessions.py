@@ -152,16 +152,18 @@ ON CONFLICT (gateway) DO UPDATE SET next_at = greatest(p.next_at, EXCLUDED.next_
 """
 
 
-def session_turn_take(gw: Gateway, *, order_id: int) -> None:
-    """Take the gateway's next payment-page turn, or refuse with 503 payment_pages_paced and the seconds until the
-    next one (``Retry-After``). Not paced when PAYMENT_SESSIONS_PER_SECOND is 0."""
+def session_turn_take(gw: Gateway, *, order_id: int) -> datetime | None:
+    """Take the gateway's next payment-page turn and return when the one after it is due (None: not paced, when
+    PAYMENT_SESSIONS_PER_SECOND is 0), or refuse with 503 payment_pages_paced and the seconds until the next one
+    (``Retry-After``)."""
     rate = settings.PAYMENT_SESSIONS_PER_SECOND
     if not rate:
-        return
+        return None
     with connection.cursor() as cursor:
         cursor.execute(SESSION_TURN_TAKE_SQL, {"gateway": gw.name, "spacing": 1 / rate})
-        if cursor.fetchone() is not None:
-            return
+        taken = cursor.fetchone()
+        if taken is not None:
+            return cast(datetime, taken[0])
         cursor.execute(SESSION_TURN_WAIT_SQL, [gw.name])
         row = cursor.fetchone()
     raise PaymentPagesPaced(order_id=order_id, retry_after_seconds=row[0] if row else 1)
@@ -184,8 +186,9 @@ def payment_session_open(*, order_id: int, customer_id: int) -> str:
     """The gateway page of a customer's pending order: the stored one, or a new one created now (outside any
     transaction, bounded by the gateway's timeout) and stored. Refuses an order that is not pending (409
     order_not_pending), has less than the margin and the gateway's shortest page left (409 payment_window_closing)
-    or a total the gateway cannot charge (409 amount_not_chargeable: both charge whole rupiah); a gateway that does
-    not answer is 503 gateway_unavailable and leaves the reservation as it is. Only with a gateway (the sandbox
+    or a total the gateway cannot charge (409 amount_not_chargeable: both charge whole rupiah); a visit whose turn
+    has not come (:func:`session_turn_take`) is 503 payment_pages_paced, and a gateway that does not answer is 503
+    gateway_unavailable: both leave the reservation as it is. Only with a gateway (the sandbox
     links to its own page): 404 otherwise."""
     if not gateway_pages():
         raise Http404("this shop's payment pages are the sandbox's")

@@ -15,6 +15,10 @@ from waitingroom.models import ProductQueue
 
 
 class ProductQueueForm(forms.ModelForm):
+    class Meta:
+        model = ProductQueue
+        fields = ["product", "admit_per_second", "paused"]
+
     def clean_admit_per_second(self) -> int:
         """The pace's bounds (``waitingroom.services.queue_pace_check``) as the form's own error, before any save."""
         pace = self.cleaned_data["admit_per_second"]

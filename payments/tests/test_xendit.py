@@ -16,29 +16,18 @@ from checkout.testing import place_order
 from devtools.fake_xendit import FakeXendit
 from devtools.testing import assert_invariants, make_overdue, run_concurrently
 from orders.models import Order
-from payments import boundary, checks
+from payments import checks
 from payments.models import GatewayTransaction, PaymentAttempt, PaymentSession, ProcessedEvent, UnmatchedPayment
 from payments.xendit import XenditGateway
 from skincare.demo import TEST_XENDIT_CALLBACK_TOKEN, TEST_XENDIT_SECRET_KEY
 
 URL = "/v1/payments/xendit/notification"
-TIMEOUT = 0.5
 MARGIN = 180
 
 
 @pytest.fixture
-def fake(settings):
-    with FakeXendit(limit_per_second=None) as server:
-        settings.PAYMENT_GATEWAY = "xendit"
-        settings.XENDIT_SECRET_KEY = TEST_XENDIT_SECRET_KEY
-        settings.XENDIT_CALLBACK_TOKEN = TEST_XENDIT_CALLBACK_TOKEN
-        settings.XENDIT_API_BASE_URL = server.base_url
-        settings.XENDIT_TIMEOUT_SECONDS = TIMEOUT
-        settings.XENDIT_EXPIRY_MARGIN_SECONDS = MARGIN
-        boundary.forget()
-        yield server
-        server.release.set()
-    boundary.forget()
+def fake(xendit):
+    return xendit
 
 
 @pytest.fixture

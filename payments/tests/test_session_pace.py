@@ -1,0 +1,189 @@
+"""Payment pages paced across every web process (``PAYMENT_SESSIONS_PER_SECOND``,
+``payments.sessions.session_turn_take``): one page per turn, the turns held by one row in the database so every
+process counts the same ones; a visit whose turn has not come is answered ``503 payment_pages_paced`` with the
+seconds to its turn and asks the gateway nothing; a gateway's 429 moves every process's next turn on by its wait; a
+queue's pace above the page rate is refused at start-up and wherever a pace is set."""
+
+import itertools
+import threading
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test import Client
+
+from checkout.testing import place_order
+from devtools.testing import run_concurrently
+from payments import checks, sessions
+from payments.exceptions import PaymentPagesPaced
+from payments.models import GatewayTransaction, PaymentSession, SessionPace
+from skincare.errors import InvalidInput
+from waitingroom import services as queue_services
+from waitingroom.admin import ProductQueueForm
+from waitingroom.models import ProductQueue
+
+VISITORS = 12
+
+
+def page(api, order):
+    link = api.get(f"/v1/orders/{order.pk}").json()["payment_url"].removeprefix("http://testserver")
+    return Client().get(link)
+
+
+def creates(fake) -> int:
+    return sum(1 for method, path in fake.requests if (method, path) == ("POST", "/v2/invoices"))
+
+
+def naive_turn_take(gateway: str, spacing: float, read: threading.Barrier):
+    """The pace as two statements (read the row, then move it on): every visitor reads the turn as due before any
+    of them moves it, so they all take it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT next_at <= clock_timestamp() FROM payment_session_pace WHERE gateway = %s", [gateway])
+        (due,) = cursor.fetchone()
+        read.wait(timeout=30)
+        if not due:
+            raise PaymentPagesPaced(order_id=0, retry_after_seconds=spacing)
+        cursor.execute(
+            "UPDATE payment_session_pace SET next_at = clock_timestamp() + make_interval(secs => %s) "
+            "WHERE gateway = %s RETURNING next_at",
+            [spacing, gateway],
+        )
+        return cursor.fetchone()[0]
+
+
+def assert_turns_spaced(outcomes, spacing: timedelta) -> None:
+    """No two granted turns closer than the spacing, and every other visitor refused with the wait to the next."""
+    granted = sorted(o.value for o in outcomes if o.error is None)
+    refused = [o.error for o in outcomes if o.error is not None]
+    assert granted, [repr(e) for e in refused]
+    assert all(isinstance(e, PaymentPagesPaced) and e.retry_after == 1 for e in refused), refused[:3]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(granted)]
+    assert all(gap >= spacing for gap in gaps), gaps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_visitors_at_the_same_instant_take_one_turn_between_them(xendit, settings):
+    settings.PAYMENT_SESSIONS_PER_SECOND = 1
+    gw = sessions.configured_gateway()
+
+    outcomes = run_concurrently(VISITORS, lambda i: sessions.session_turn_take(gw, order_id=i))
+
+    assert_turns_spaced(outcomes, timedelta(seconds=1))
+    assert sum(o.error is None for o in outcomes) < VISITORS
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_a_pace_read_then_written_gives_every_visitor_the_same_turn(xendit, settings):
+    SessionPace.objects.create(gateway="xendit", next_at="2000-01-01T00:00:00Z")
+    read = threading.Barrier(VISITORS)
+
+    outcomes = run_concurrently(VISITORS, lambda i: naive_turn_take("xendit", 1.0, read))
+
+    assert all(o.error is None for o in outcomes)
+    with pytest.raises(AssertionError):
+        assert_turns_spaced(outcomes, timedelta(seconds=1))
+
+
+@pytest.fixture
+def two_orders(make_product, customer):
+    product = make_product(stock=5, price="129000.00")
+    return [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(2)]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("rate", [1, 0])
+def test_a_visit_whose_turn_has_not_come_asks_the_gateway_nothing(api, xendit, two_orders, settings, rate):
+    settings.PAYMENT_SESSIONS_PER_SECOND = rate
+    first, second = two_orders
+
+    assert page(api, first).status_code == 302
+    answer = page(api, second)
+
+    if not rate:  # control: not paced, the second page opens at once
+        assert answer.status_code == 302 and creates(xendit) == 2
+        return
+    assert (answer.status_code, answer.json()) == (
+        503,
+        {
+            "error": "Payment pages are being prepared in turn; your order is still reserved, retry shortly.",
+            "code": "payment_pages_paced",
+            "order_id": second.pk,
+        },
+    )
+    assert answer["Retry-After"] == "1"
+    assert creates(xendit) == 1
+    assert not PaymentSession.objects.filter(order=second).exists()
+    assert not GatewayTransaction.objects.filter(order=second).exists()
+
+
+@pytest.mark.django_db
+def test_a_gateway_429_moves_the_next_turn_on_by_its_wait(api, xendit, two_orders, settings):
+    settings.PAYMENT_SESSIONS_PER_SECOND = 1000
+    first, second = two_orders
+    xendit.limit_per_second = 0  # every call refused for the rate limit
+
+    refused = page(api, first)
+    xendit.limit_per_second = None
+    asked = len(xendit.requests)
+    answer = page(api, second)
+
+    assert (refused.status_code, refused.json()["code"]) == (503, "gateway_unavailable")
+    wait = int(refused["Retry-After"])
+    assert (answer.status_code, answer.json()["code"]) == (503, "payment_pages_paced")
+    assert wait - 1 <= int(answer["Retry-After"]) <= wait
+    assert len(xendit.requests) == asked  # the gateway was not asked again before its wait was over
+
+
+@pytest.mark.django_db
+def test_the_sandbox_and_an_unpaced_gateway_keep_no_pace(api, xendit, two_orders, settings):
+    settings.PAYMENT_SESSIONS_PER_SECOND = 0
+    assert sessions.session_turn_take(sessions.configured_gateway(), order_id=1) is None
+    assert page(api, two_orders[0]).status_code == 302
+    assert not SessionPace.objects.exists()
+    settings.PAYMENT_SESSIONS_PER_SECOND = 8  # control: paced, the row holds the next turn
+    assert sessions.session_turn_take(sessions.configured_gateway(), order_id=1) is not None
+    assert SessionPace.objects.filter(gateway="xendit").exists()
+
+
+@pytest.mark.parametrize(
+    ("gateway", "rate", "pace", "refused"),
+    [
+        ("xendit", 8, 10, True),
+        ("xendit", 8, 8, False),
+        ("midtrans", 10, 11, True),
+        ("xendit", 0, 50, False),  # not paced
+        ("sandbox", 8, 50, False),  # no gateway pages
+    ],
+)
+def test_start_up_refuses_a_default_pace_above_the_page_rate(settings, gateway, rate, pace, refused):
+    settings.PAYMENT_GATEWAY, settings.PAYMENT_SESSIONS_PER_SECOND, settings.QUEUE_ADMIT_PER_SECOND = (
+        gateway,
+        rate,
+        pace,
+    )
+    assert [e.id for e in checks.queue_pace_within_page_pace()] == (["payments.E014"] if refused else [])
+
+
+@pytest.mark.django_db
+def test_a_queue_pace_above_the_page_rate_is_refused_where_it_is_set(make_product, settings):
+    settings.PAYMENT_GATEWAY, settings.PAYMENT_SESSIONS_PER_SECOND = "xendit", 8
+    product = make_product(stock=5)
+
+    with pytest.raises(InvalidInput) as refused:
+        queue_services.queue_set(product_id=product.pk, admit_per_second=9)
+    assert refused.value.fields == {"admit_per_second": ["at most 8"]}
+    with pytest.raises(InvalidInput):
+        queue_services.queue_reset(product_id=product.pk, admit_per_second=9)
+    with pytest.raises(CommandError, match="--admit-per-second: The pace must not exceed the payment pages' \\(8"):
+        call_command("flash_sale_setup", product=product.pk, stock=5, queue=True, admit_per_second=9, stdout=StringIO())
+    form = ProductQueueForm(data={"product": product.pk, "admit_per_second": 9, "paused": False})
+    assert not form.is_valid() and "admit_per_second" in form.errors
+    assert not ProductQueue.objects.exists()
+
+    queue_services.queue_set(product_id=product.pk, admit_per_second=8)  # control: at the page rate
+    assert ProductQueue.objects.get(product_id=product.pk).admit_per_second == 8
+    settings.PAYMENT_GATEWAY = "sandbox"  # control: the sandbox creates no pages
+    queue_services.queue_set(product_id=product.pk, admit_per_second=50)
+    assert ProductQueue.objects.get(product_id=product.pk).admit_per_second == 50
