@@ -123,9 +123,16 @@ class PaymentWebhookApi(OutcomeCountingMixin, ApiView):
         return Response({"status": outcome, "event_id": event["event_id"]})
 
 
-class PaymentPageApi(ApiView):
+class PaymentPageApi(OutcomeCountingMixin, ApiView):
     """``payment_url`` with a gateway: the buyer's browser follows the signed link here and is sent on to the order's
-    page at the gateway, created on the first visit (``payments.sessions.payment_session_open``)."""
+    page at the gateway, created on the first visit (``payments.sessions.payment_session_open``). Every answer is
+    counted (``skincare_payment_pages_total{outcome}``): ``redirected`` or the error's code."""
+
+    outcome_counter = metrics.PAYMENT_PAGES
+    allowed_outcomes = metrics.PAYMENT_PAGE_OUTCOMES
+
+    def outcome(self, response: Any) -> object:
+        return "redirected" if response.status_code == 302 else super().outcome(response)
 
     authentication_classes = []
     permission_classes = [AllowAny]

@@ -102,6 +102,14 @@ PAYMENT_WEBHOOK_EVENTS = Counter(
     "ignored, ..., or the error code).",
     ["outcome"],
 )
+# A payment page visit's outcome: ``redirected`` (to the gateway's page, new or stored) or the error ``code``
+# (``payment_pages_paced``: the pace at work; ``gateway_unavailable``: the gateway slow, down or answering 429).
+PAYMENT_PAGE_OUTCOMES = OutcomeLabels("redirected")
+PAYMENT_PAGES = Counter(
+    "skincare_payment_pages",
+    "GET /v1/payments/pay/<link> answers by outcome (redirected, or the error code).",
+    ["outcome"],
+)
 DB_RETRIES = Counter(
     "skincare_db_transaction_retries",
     "Service transactions run again after a deadlock (40P01), a serialization failure (40001), or a lost optimistic "

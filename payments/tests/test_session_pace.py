@@ -13,6 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
+from prometheus_client import REGISTRY
 
 from checkout.testing import place_order
 from devtools.testing import run_concurrently
@@ -30,6 +31,10 @@ VISITORS = 12
 def page(api, order):
     link = api.get(f"/v1/orders/{order.pk}").json()["payment_url"].removeprefix("http://testserver")
     return Client().get(link)
+
+
+def pages_counted(outcome: str) -> float:
+    return REGISTRY.get_sample_value("skincare_payment_pages_total", {"outcome": outcome}) or 0.0
 
 
 def creates(fake) -> int:
@@ -97,9 +102,12 @@ def two_orders(make_product, customer):
 def test_a_visit_whose_turn_has_not_come_asks_the_gateway_nothing(api, xendit, two_orders, settings, rate):
     settings.PAYMENT_SESSIONS_PER_SECOND = rate
     first, second = two_orders
+    paced, redirected = pages_counted("payment_pages_paced"), pages_counted("redirected")
 
     assert page(api, first).status_code == 302
     answer = page(api, second)
+    assert pages_counted("redirected") == redirected + (2 if not rate else 1)
+    assert pages_counted("payment_pages_paced") == paced + (0 if not rate else 1)  # what ops see on /metrics
 
     if not rate:  # control: not paced, the second page opens at once
         assert answer.status_code == 302 and creates(xendit) == 2
