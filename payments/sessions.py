@@ -545,38 +545,66 @@ ORDER BY s.order_id
 """
 
 
+# The orders the gateway has now answered for, with nothing to mend: no longer to reconcile.
+RECONCILED_SQL = (
+    "UPDATE payment_sessions SET needs_reconciliation = false WHERE order_id = ANY(%s) AND needs_reconciliation"
+)
+
+
 def payments_reconcile(*, since: datetime) -> list[Mismatch]:
     """Every order with a session opened since ``since`` and no longer pending, compared with the gateway's
     status of every transaction it ever had (one call each, through the gateway boundary; none inside a
     transaction): money settled there for a cancelled order, or for a paid one by another charge than the one that
     paid it, is a refund to make; a
-    paid order with no settlement there, and a settlement of another amount, are mismatches too."""
+    paid order with no settlement there, and a settlement of another amount, are mismatches too. An order the
+    sweeper or a cancel marked for reconciliation (the gateway did not answer then) is unmarked once the gateway
+    answered for every transaction and nothing is to mend; one with a mismatch stays marked, for a person."""
     gw = configured_gateway()
     with connection.cursor() as cursor:
         cursor.execute(SESSIONS_SINCE_SQL, [PaymentStatus.SUCCEEDED.value, since, Order.Status.PENDING_PAYMENT.value])
         rows = cursor.fetchall()
-    mismatches = []
+    mismatches: list[Mismatch] = []
+    reconciled = []
     for order_id, status, total, currency, gateway_order_ids, paid_by in rows:
         try:
             statuses = [gw.status_get(gateway_order_id=gateway_order_id) for gateway_order_id in gateway_order_ids]
         except GatewayUnavailable as exc:
             mismatches.append(Mismatch(order_id, "unreachable", exc.message))
             continue
-        settled = [there for there in statuses if there is not None and there.status == gateway.SETTLED]
-        if not settled:
-            if status == Order.Status.PAID:
-                words = [("no transaction" if there is None else there.gateway_status) for there in statuses]
-                mismatches.append(Mismatch(order_id, "paid_not_settled", f"paid here, {', '.join(words)} there"))
+        wrong = _order_mismatches(order_id, status, Decimal(total), currency, statuses, paid_by)
+        mismatches.extend(wrong)
+        if not wrong:
+            reconciled.append(order_id)
+    with connection.cursor() as cursor:
+        cursor.execute(RECONCILED_SQL, [reconciled])
+    return mismatches
+
+
+def _order_mismatches(
+    order_id: int,
+    status: str,
+    total: Decimal,
+    currency: str,
+    statuses: list[gateway.TransactionStatus | None],
+    paid_by: str | None,
+) -> list[Mismatch]:
+    """What the gateway's ``statuses`` of one order's transactions say is wrong here (nothing: it agrees)."""
+    settled = [there for there in statuses if there is not None and there.status == gateway.SETTLED]
+    if not settled:
+        if status == Order.Status.PAID:
+            words = [("no transaction" if there is None else there.gateway_status) for there in statuses]
+            return [Mismatch(order_id, "paid_not_settled", f"paid here, {', '.join(words)} there")]
+        return []
+    mismatches = []
+    # Money to return: every settlement of a cancelled order; of a paid one, every one but the charge that paid.
+    paying = next((t for t in settled if status == Order.Status.PAID and t.transaction_id == paid_by), None)
+    for there in settled:
+        if there is paying:
             continue
-        # Money to return: every settlement of a cancelled order; of a paid one, every one but the charge that paid.
-        paying = next((t for t in settled if status == Order.Status.PAID and t.transaction_id == paid_by), None)
-        for there in settled:
-            if there is paying:
-                continue
-            detail = f"settled there ({there.amount} {there.currency}, transaction {there.gateway_order_id})"
-            mismatches.append(Mismatch(order_id, "refund_to_make", detail))
-        for there in settled:
-            if there.amount != Decimal(total) or there.currency != currency:
-                detail = f"{there.amount} {there.currency} there, {total} {currency} here"
-                mismatches.append(Mismatch(order_id, "amount_differs", detail))
+        detail = f"settled there ({there.amount} {there.currency}, transaction {there.gateway_order_id})"
+        mismatches.append(Mismatch(order_id, "refund_to_make", detail))
+    for there in settled:
+        if there.amount != total or there.currency != currency:
+            detail = f"{there.amount} {there.currency} there, {total} {currency} here"
+            mismatches.append(Mismatch(order_id, "amount_differs", detail))
     return mismatches

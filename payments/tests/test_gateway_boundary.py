@@ -148,8 +148,8 @@ def test_a_dead_gateway_costs_one_sweep_a_few_questions_and_every_unit_comes_bac
     report = StringIO()
     call_command("reconcile_payments", stdout=report)
     assert "unreachable" not in report.getvalue()
-    # The mark is a record, never cleared: the sale board's "orders to reconcile" never goes down (the runbooks).
-    assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 6
+    # Midtrans answered for every order and nothing is to mend: none is left to reconcile (the sale board's count).
+    assert PaymentSession.objects.filter(needs_reconciliation=True).count() == 0
     assert_invariants()
 
 

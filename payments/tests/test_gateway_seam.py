@@ -316,3 +316,19 @@ def test_reconcile_shows_money_taken_for_a_cancelled_order_as_a_refund_to_make(a
     code, output = reconcile()
 
     assert code == 1 and f"order {order.pk}: refund_to_make" in output
+    assert PaymentSession.objects.get(order=order).needs_reconciliation  # money to return: still for a person
+
+
+@pytest.mark.django_db
+def test_reconcile_unmarks_an_order_once_the_gateway_answers_with_nothing_to_mend(api, side, order):
+    open_page(api, order)
+    side.stall("expire" if side.name == "midtrans" else "status")
+    api.post(f"/v1/orders/{order.pk}/cancel")  # the gateway did not hear the cancel: marked
+    assert PaymentSession.objects.get(order=order).needs_reconciliation
+    side.fake.stalled.clear()
+    side.fake.release.set()
+
+    code, output = reconcile()
+
+    assert code == 0, output
+    assert not PaymentSession.objects.get(order=order).needs_reconciliation
