@@ -1269,6 +1269,17 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "payment-page-waits-as-json",
+        "a browser waiting for its payment page gets the JSON error, a page that never asks again",
+        "payments/api.py",
+        "PaymentPageApi.get",
+        "return page_that_waits(request, exc)",
+        "raise",
+        (
+            "payments/tests/test_session_pace.py::test_a_browser_waiting_for_its_turn_gets_a_page_that_asks_again_by_itself",
+        ),
+    ),
+    Mutation(
         "notification-of-any-gateway",
         "a notification is read by the configured gateway whichever gateway's endpoint it was posted to",
         "payments/sessions.py",

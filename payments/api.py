@@ -7,12 +7,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from payments import schemas, services, sessions, signing
+from payments.exceptions import GatewayUnavailable, PaymentPagesPaced
 from skincare import metrics, validation
 from skincare.apiview import ApiView
 from skincare.errors import InvalidInput
@@ -132,15 +134,32 @@ class PaymentPageApi(OutcomeCountingMixin, ApiView):
     allowed_outcomes = metrics.PAYMENT_PAGE_OUTCOMES
 
     def outcome(self, response: Any) -> object:
-        return "redirected" if response.status_code == 302 else super().outcome(response)
+        if response.status_code == 302:
+            return "redirected"
+        return getattr(response, "error_code", None) or super().outcome(response)
 
     authentication_classes = []
     permission_classes = [AllowAny]
 
     @schemas.PAYMENT_PAGE
-    def get(self, request: Request, token: str) -> HttpResponseRedirect:
+    def get(self, request: Request, token: str) -> HttpResponse:
         order_id, customer_id = sessions.link_claims(token)
-        return HttpResponseRedirect(sessions.payment_session_open(order_id=order_id, customer_id=customer_id))
+        try:
+            return HttpResponseRedirect(sessions.payment_session_open(order_id=order_id, customer_id=customer_id))
+        except (PaymentPagesPaced, GatewayUnavailable) as exc:  # a wait: the reservation holds
+            if "text/html" not in request.META.get("HTTP_ACCEPT", ""):
+                raise  # an API client: the JSON error with Retry-After
+            return page_that_waits(request, exc)
+
+
+def page_that_waits(request: Request, exc: PaymentPagesPaced | GatewayUnavailable) -> HttpResponse:
+    """For a browser (it asked for HTML): the same 503 and ``Retry-After`` as a page that asks again by itself
+    when the wait is over (``<meta http-equiv="refresh">``), so the buyer is sent on once the page is ready."""
+    wait = exc.retry_after or 1
+    response = render(request, "payments/page_waits.html", {"retry_after": wait, "message": exc.message}, status=503)
+    response["Retry-After"] = str(wait)
+    response.error_code = exc.code  # type: ignore[attr-defined]  # counted like the JSON answer
+    return response
 
 
 class MidtransNotificationApi(OutcomeCountingMixin, ApiView):

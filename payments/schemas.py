@@ -92,7 +92,8 @@ PAYMENT_PAGE = extend_schema(
     description=(
         "Redirects to the order's gateway page (Midtrans's Snap page, Xendit's invoice), created on the first visit "
         "and reused afterwards. The page closes the gateway's expiry margin (MIDTRANS_EXPIRY_MARGIN_SECONDS, "
-        "XENDIT_EXPIRY_MARGIN_SECONDS) before the order's payment_expires_at."
+        "XENDIT_EXPIRY_MARGIN_SECONDS) before the order's payment_expires_at. A 503 (a wait) comes to a browser "
+        "(`Accept: text/html`) as a page that asks again by itself after `Retry-After`, to an API client as JSON."
     ),
     auth=[],
     responses={

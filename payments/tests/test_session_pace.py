@@ -28,9 +28,12 @@ from waitingroom.models import ProductQueue
 VISITORS = 12
 
 
-def page(api, order):
+def page(api, order, **headers):
     link = api.get(f"/v1/orders/{order.pk}").json()["payment_url"].removeprefix("http://testserver")
-    return Client().get(link)
+    return Client().get(link, **headers)
+
+
+BROWSER = {"HTTP_ACCEPT": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 
 
 def pages_counted(outcome: str) -> float:
@@ -124,6 +127,28 @@ def test_a_visit_whose_turn_has_not_come_asks_the_gateway_nothing(api, xendit, t
     assert creates(xendit) == 1
     assert not PaymentSession.objects.filter(order=second).exists()
     assert not GatewayTransaction.objects.filter(order=second).exists()
+
+
+@pytest.mark.django_db
+def test_a_browser_waiting_for_its_turn_gets_a_page_that_asks_again_by_itself(api, xendit, two_orders, settings):
+    """The same 503 and Retry-After as the JSON answer an API client gets (the test above), as an HTML page."""
+    settings.PAYMENT_SESSIONS_PER_SECOND = 1
+    first, second = two_orders
+    paced = pages_counted("payment_pages_paced")
+    assert page(api, first, **BROWSER).status_code == 302
+
+    answer = page(api, second, **BROWSER)
+
+    assert (answer.status_code, answer["Retry-After"], answer["Content-Type"]) == (503, "1", "text/html; charset=utf-8")
+    assert b'<meta http-equiv="refresh" content="1">' in answer.content
+    assert pages_counted("payment_pages_paced") == paced + 1
+    assert creates(xendit) == 1
+    xendit.stalled.add("create")  # a gateway that does not answer: the same page, with the gateway's wait
+    settings.PAYMENT_SESSIONS_PER_SECOND = 0
+    unavailable = page(api, second, **BROWSER)
+    assert (unavailable.status_code, unavailable["Retry-After"]) == (503, "5")
+    assert b'content="5"' in unavailable.content
+    xendit.release.set()
 
 
 @pytest.mark.django_db
