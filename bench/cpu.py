@@ -24,6 +24,7 @@ tree it runs in: bench.ab runs this same file in a checkout of another commit. I
 import argparse
 import gc
 import io
+import itertools
 import json
 import os
 import statistics
@@ -42,6 +43,7 @@ SCENARIOS = (
     "checkout",
     "queue_poll",
     "queue_poll_unsigned",
+    "queue_join",
 )
 CUSTOMER = "cpu-bench-customer"
 SKUS = {
@@ -188,6 +190,32 @@ def _queue_polls(handler: Any, token: str) -> dict[str, Callable[[], bytes]]:
     }
 
 
+def _queue_joins(handler: Any, joiners: int) -> tuple[dict[str, Callable[[], bytes]], dict[str, Callable[[], object]]]:
+    """Each call a join of the queued product by one of ``joiners`` customers that has no pass (a new pass: 201),
+    and what clears their passes after a round (untimed); none in a tree without a waiting room."""
+    try:
+        from waitingroom import services
+        from waitingroom.models import QueuePass
+    except ImportError:
+        return {}, {}
+    from django.contrib.auth.models import User
+
+    from skincare import services as skincare_services
+
+    product_id = _product("queued")
+    services.queue_set(product_id=product_id, admit_per_second=1)
+    users = [User.objects.get_or_create(username=f"{CUSTOMER}-joiner-{i}")[0] for i in range(joiners)]
+    path = f"/v1/products/{product_id}/queue"
+    calls = [_request(handler, "POST", path, 201, token=skincare_services.api_token_issue(user=u)) for u in users]
+    turn = itertools.cycle(calls)
+
+    def clear() -> None:
+        QueuePass.objects.filter(product_id=product_id, customer__in=users).delete()
+
+    clear()
+    return {"queue_join": lambda: next(turn)()}, {"queue_join": clear}
+
+
 def measure(
     callables: dict[str, Callable[[], object]],
     *,
@@ -263,11 +291,17 @@ def worker(rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()) 
         "checkout": _request(handler, "POST", "/v1/checkout", 201, body(stock), token),
         **_queue_polls(handler, token),
     }
+    joins, clear_joins = _queue_joins(handler, max(requests, warmup))  # a round's joins are each a new pass
+    callables.update(joins)
     try:
         if only:
             callables = {name: call for name, call in callables.items() if name in only or name == "healthz"}
         results = measure(
-            callables, rounds=rounds, requests=requests, warmup=warmup, after_round={"checkout": cancel_pending}
+            callables,
+            rounds=rounds,
+            requests=requests,
+            warmup=warmup,
+            after_round={"checkout": cancel_pending, **clear_joins},
         )
     finally:
         cancel_pending()
@@ -328,6 +362,7 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         "checkout": "in-process checkout, one unit",
         "queue_poll": "in-process queue poll, signed pass",
         "queue_poll_unsigned": "in-process queue poll, no signed pass",
+        "queue_join": "in-process queue join (a new pass, 201)",
     }
     return [
         {
