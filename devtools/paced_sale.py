@@ -13,8 +13,9 @@ without a page pace, ``QUEUE_ADMIT_PER_SECOND`` = 10). --units buyers join the q
 the fake's ``invoice_url`` is the page), obeying ``Retry-After`` on a 503; each then pays on the fake and the fake's
 callback is posted to ``POST /v1/payments/xendit/notification``. Reservations last --reservation-ttl seconds
 (default 300): with Xendit's 180 s margin and its one-minute shortest page, a page must open within a minute of its
-checkout, so pages that fall behind the admissions cost buyers their order. ``--jitter S`` makes each buyer add up
-to S seconds at random to every Retry-After (default 0: Retry-After exactly as sent). ``reconcile_payments`` asks
+checkout, so pages that fall behind the admissions cost buyers their order. A buyer refused a page comes back at
+its turn (the answer's ``turn_in_ms``, as the shop's waiting page does), or with ``--header-only`` after Retry-After
+as sent (whole seconds); ``--jitter S`` makes each buyer add up to S seconds at random to every wait (default 0). ``reconcile_payments`` asks
 Xendit once per order, unpaced: it runs once at the fake's limit (the orders it found unreachable are reported) and
 is checked with the limit lifted.
 
@@ -181,12 +182,18 @@ def request(
     return status, answer_headers, payload
 
 
-def retry_after(run: Run, headers: dict[str, str]) -> float:
-    """The buyer obeys Retry-After as sent (whole seconds), plus up to --jitter seconds drawn at random."""
-    try:
-        wait = max(0.0, float(headers.get("Retry-After", "1")))
-    except ValueError:
-        wait = 1.0
+def retry_after(run: Run, headers: dict[str, str], answer: object = None) -> float:
+    """The buyer returns at its page's turn (``turn_in_ms``, as the shop's waiting page does) when the answer
+    names one and --header-only is not given, else after Retry-After as sent (whole seconds); plus up to --jitter
+    seconds drawn at random."""
+    turn_in_ms = answer.get("turn_in_ms") if isinstance(answer, dict) else None
+    if isinstance(turn_in_ms, int) and not run.args.header_only:
+        wait = turn_in_ms / 1000
+    else:
+        try:
+            wait = max(0.0, float(headers.get("Retry-After", "1")))
+        except ValueError:
+            wait = 1.0
     return wait + (run.rng.uniform(0, run.args.jitter) if run.args.jitter else 0.0)
 
 
@@ -261,7 +268,7 @@ def buyer(run: Run, i: int, token: str) -> None:
         if not retryable(status):
             run.fail(f"buyer {i}: payment page answered {status} {answer}")
             return
-        time.sleep(retry_after(run, headers))  # pacing: the buyer obeys Retry-After
+        time.sleep(retry_after(run, headers, answer))  # pacing: the buyer comes back at its turn
     else:
         run.fail(f"buyer {i}: no payment page")
         return
@@ -390,7 +397,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (at least 2)")
     parser.add_argument("--reservation-ttl", type=int, default=300, help="RESERVATION_TTL_SECONDS")
     parser.add_argument(
-        "--jitter", type=float, default=0.0, help="seconds a buyer adds at random to each Retry-After (default 0)"
+        "--jitter", type=float, default=0.0, help="seconds a buyer adds at random to each wait (default 0)"
+    )
+    parser.add_argument(
+        "--header-only",
+        action="store_true",
+        help="buyers obey Retry-After alone (whole seconds), not the page's turn_in_ms",
     )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--database-url", default="", help=f"default: a database of its own ({DATABASE})")
@@ -431,7 +443,7 @@ def print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
         ("5xx but honest 503s, or no answer", report["server_errors"] or 0),
     ]
     print(
-        f"\n=== make paced-sale: {args.units} units, {paced}, queue at {args.admit_per_second}/s, {args.workers} web processes, jitter {args.jitter} s ==="
+        f"\n=== make paced-sale: {args.units} units, {paced}, queue at {args.admit_per_second}/s, {args.workers} web processes, buyers return {'after Retry-After' if args.header_only else 'at turn_in_ms'} + jitter {args.jitter} s ==="
     )
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

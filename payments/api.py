@@ -154,9 +154,15 @@ class PaymentPageApi(OutcomeCountingMixin, ApiView):
 
 def page_that_waits(request: Request, exc: PaymentPagesPaced | GatewayUnavailable) -> HttpResponse:
     """For a browser (it asked for HTML): the same 503 and ``Retry-After`` as a page that asks again by itself
-    when the wait is over (``<meta http-equiv="refresh">``), so the buyer is sent on once the page is ready."""
+    when the wait is over (``<meta http-equiv="refresh">``; at its turn to the millisecond where scripts run), so the
+    buyer is sent on once the page is ready."""
     wait = exc.retry_after or 1
-    response = render(request, "payments/page_waits.html", {"retry_after": wait, "message": exc.message}, status=503)
+    context = {
+        "retry_after": wait,
+        "turn_in_ms": exc.turn_in_ms if isinstance(exc, PaymentPagesPaced) else None,
+        "message": exc.message,
+    }
+    response = render(request, "payments/page_waits.html", context, status=503)
     response["Retry-After"] = str(wait)
     response.error_code = exc.code  # type: ignore[attr-defined]  # counted like the JSON answer
     return response

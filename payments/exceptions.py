@@ -44,13 +44,15 @@ class PaymentPagesPaced(RetryAfterError):
     code = "payment_pages_paced"
     http_status = 503
     when = (
-        "a payment page's turn has not come: the gateway's pages are created at `PAYMENT_SESSIONS_PER_SECOND` across "
-        "the shop (a gateway's 429 moves the next turn on by its wait); the reservation still holds; `Retry-After`: "
-        "the seconds until the next turn"
+        "a payment page's turn has not come: pages are created at `PAYMENT_SESSIONS_PER_SECOND` across the shop, "
+        "and a visit that must wait books the next free turn (a gateway's 429 moves every turn on by its wait); the "
+        "reservation still holds; `turn_in_ms`: the milliseconds to that turn, when a visit creates the page "
+        "(`Retry-After`: the same in whole seconds, rounded up)"
     )
     default_message = "Payment pages are being prepared in turn; your order is still reserved, retry shortly."
 
     order_id: int
+    turn_in_ms: int
 
 
 class PaymentWindowClosing(DomainError):

@@ -161,6 +161,21 @@ class SessionPace(models.Model):
         return f"{self.gateway}: next payment page at {self.next_at}"
 
 
+class SessionTurn(models.Model):
+    """A payment-page turn booked for one order whose visit came while others were ahead of it
+    (``payments.sessions.session_turn_take``): its visit at or after ``turn_at`` creates the page without queueing
+    again, and spends the turn. A gateway's 429 moves every booked turn on by its wait."""
+
+    order = models.OneToOneField(Order, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    turn_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "payment_session_turns"
+
+    def __str__(self):
+        return f"payment page of order {self.order_id} at {self.turn_at}"
+
+
 class UnmatchedPayment(models.Model):
     """Money a gateway reports for a transaction id that is not in ``gateway_transactions``: never applied to an
     order; kept until ops resolve it (refund it at the gateway, or settle it with the buyer) in the admin. Counted

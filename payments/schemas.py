@@ -93,7 +93,8 @@ PAYMENT_PAGE = extend_schema(
         "Redirects to the order's gateway page (Midtrans's Snap page, Xendit's invoice), created on the first visit "
         "and reused afterwards. The page closes the gateway's expiry margin (MIDTRANS_EXPIRY_MARGIN_SECONDS, "
         "XENDIT_EXPIRY_MARGIN_SECONDS) before the order's payment_expires_at. A 503 (a wait) comes to a browser "
-        "(`Accept: text/html`) as a page that asks again by itself after `Retry-After`, to an API client as JSON."
+        "(`Accept: text/html`) as a page that asks again by itself (at its turn, `turn_in_ms`, where scripts run; "
+        "else after `Retry-After`), to an API client as JSON."
     ),
     auth=[],
     responses={
@@ -111,7 +112,8 @@ PAYMENT_PAGE = extend_schema(
         500: INTERNAL,
         503: error(
             "The gateway did not answer in time, or this page's turn at the gateway's pace "
-            "(PAYMENT_SESSIONS_PER_SECOND) has not come (the reservation still holds); retry after `Retry-After`.",
+            "(PAYMENT_SESSIONS_PER_SECOND) has not come (the reservation still holds); retry at the turn "
+            "(`turn_in_ms`) or after `Retry-After`.",
             "gateway_unavailable",
             "payment_pages_paced",
             "busy",

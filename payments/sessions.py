@@ -13,6 +13,7 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
+import math
 import secrets
 import uuid
 from collections.abc import Mapping
@@ -130,51 +131,73 @@ CLOSE_TRANSACTION_SQL = "UPDATE gateway_transactions SET closed_at = now() WHERE
 ORDER_STATUS_SQL = "SELECT status FROM orders WHERE id = %s"
 
 
-# The gateway's next payment-page turn (PAYMENT_SESSIONS_PER_SECOND): taken when it is due, and the next one is then
-# one spacing later. One upsert on the gateway's row (payments.models.SessionPace), alone in its own transaction, so
-# every web process shares one exact pace; no credit accrues while idle, so no burst ever exceeds the rate. The clock
-# is the database's as the statement runs (clock_timestamp(): a take that waited for the row measures from then).
-SESSION_TURN_TAKE_SQL = """
-INSERT INTO payment_session_pace AS p (gateway, next_at)
-VALUES (%(gateway)s, clock_timestamp() + make_interval(secs => %(spacing)s))
-ON CONFLICT (gateway) DO UPDATE SET next_at = EXCLUDED.next_at
-    WHERE p.next_at <= clock_timestamp()
-RETURNING next_at
-"""
-SESSION_TURN_WAIT_SQL = (
-    "SELECT extract(epoch FROM next_at - clock_timestamp())::float FROM payment_session_pace WHERE gateway = %s"
+# Payment-page turns (PAYMENT_SESSIONS_PER_SECOND), one spacing apart on the gateway's row
+# (payments.models.SessionPace: its next free turn), so every web process shares one exact pace. A visit with no
+# turn books the next free one: now when the gateway is idle (no credit accrues while idle, so no burst ever exceeds
+# the rate), else the first after every turn booked before it, kept for its order (payments.models.SessionTurn) and
+# answered with the wait. So refused visits are not herded back at the same instant: each returns at its own turn,
+# in the order they came, and its visit then creates the page without booking again. One statement, alone in its own
+# transaction: the gateway's row, then the order's turn. The clock is the database's as the statement runs
+# (clock_timestamp(): a booking that waited for the row measures from then).
+SESSION_TURN_BOOK_SQL = """
+WITH held AS (
+    SELECT turn_at FROM payment_session_turns WHERE order_id = %(order)s
+), booked AS (
+    INSERT INTO payment_session_pace AS p (gateway, next_at)
+    SELECT %(gateway)s, clock_timestamp() + make_interval(secs => %(spacing)s) WHERE NOT EXISTS (SELECT FROM held)
+    ON CONFLICT (gateway) DO UPDATE
+        SET next_at = greatest(p.next_at, clock_timestamp()) + make_interval(secs => %(spacing)s)
+    RETURNING next_at - make_interval(secs => %(spacing)s) AS turn_at
+), later AS (
+    SELECT turn_at, extract(epoch FROM turn_at - clock_timestamp())::float AS wait FROM booked
+), kept AS (
+    INSERT INTO payment_session_turns (order_id, turn_at)
+    SELECT %(order)s, turn_at FROM later WHERE wait > 0
+    ON CONFLICT (order_id) DO NOTHING
 )
-# A gateway's 429: no turn before its wait is over, in any process.
+SELECT extract(epoch FROM turn_at - clock_timestamp())::float, true FROM held
+UNION ALL
+SELECT wait, false FROM later
+"""
+# A booked turn that has come is spent by the visit that uses it (one page attempt per turn).
+SESSION_TURN_SPEND_SQL = "DELETE FROM payment_session_turns WHERE order_id = %s"
+# A gateway's 429: no page before its wait is over, in any process; every booked turn moves on by the same wait.
 SESSION_PACE_BACK_OFF_SQL = """
 INSERT INTO payment_session_pace AS p (gateway, next_at)
 VALUES (%(gateway)s, clock_timestamp() + make_interval(secs => %(wait)s))
-ON CONFLICT (gateway) DO UPDATE SET next_at = greatest(p.next_at, EXCLUDED.next_at)
+ON CONFLICT (gateway) DO UPDATE SET next_at = greatest(p.next_at, clock_timestamp()) + make_interval(secs => %(wait)s)
+"""
+SESSION_TURNS_BACK_OFF_SQL = """
+UPDATE payment_session_turns SET turn_at = greatest(turn_at, clock_timestamp()) + make_interval(secs => %(wait)s)
 """
 
 
-def session_turn_take(gw: Gateway, *, order_id: int) -> datetime | None:
-    """Take the gateway's next payment-page turn and return when the one after it is due (None: not paced, when
-    PAYMENT_SESSIONS_PER_SECOND is 0), or refuse with 503 payment_pages_paced and the seconds until the next one
-    (``Retry-After``)."""
+def session_turn_take(gw: Gateway, *, order_id: int) -> float | None:
+    """Take the order's payment-page turn: its booked turn once it has come, or the gateway's next free one when
+    the gateway is idle; return the seconds it was due ago (None: not paced, when PAYMENT_SESSIONS_PER_SECOND is 0).
+    Otherwise book the order's turn (the first after every turn booked before it) and refuse with 503
+    payment_pages_paced and the seconds until it (``Retry-After``)."""
     rate = settings.PAYMENT_SESSIONS_PER_SECOND
     if not rate:
         return None
     with connection.cursor() as cursor:
-        cursor.execute(SESSION_TURN_TAKE_SQL, {"gateway": gw.name, "spacing": 1 / rate})
-        taken = cursor.fetchone()
-        if taken is not None:
-            return cast(datetime, taken[0])
-        cursor.execute(SESSION_TURN_WAIT_SQL, [gw.name])
-        row = cursor.fetchone()
-    raise PaymentPagesPaced(order_id=order_id, retry_after_seconds=row[0] if row else 1)
+        cursor.execute(SESSION_TURN_BOOK_SQL, {"order": order_id, "gateway": gw.name, "spacing": 1 / rate})
+        wait, held = cursor.fetchone()
+        if wait > 0:
+            raise PaymentPagesPaced(order_id=order_id, turn_in_ms=math.ceil(wait * 1000), retry_after_seconds=wait)
+        if held:
+            cursor.execute(SESSION_TURN_SPEND_SQL, [order_id])
+    return -wait
 
 
 def session_pace_back_off(gw: Gateway, *, wait_seconds: int) -> None:
-    """The gateway refused a page for its rate limit: no process takes a turn before ``wait_seconds`` are over."""
+    """The gateway refused a page for its rate limit: no process creates one before ``wait_seconds`` are over, and
+    every booked turn moves on by as much (the gateway's row first, then the turns: the booking's order)."""
     if not settings.PAYMENT_SESSIONS_PER_SECOND:
         return
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(SESSION_PACE_BACK_OFF_SQL, {"gateway": gw.name, "wait": wait_seconds})
+        cursor.execute(SESSION_TURNS_BACK_OFF_SQL, {"wait": wait_seconds})
 
 
 def session_ends_at(gw: Gateway, *, payment_expires_at: datetime) -> datetime:

@@ -1,10 +1,12 @@
 """Payment pages paced across every web process (``PAYMENT_SESSIONS_PER_SECOND``,
-``payments.sessions.session_turn_take``): one page per turn, the turns held by one row in the database so every
-process counts the same ones; a visit whose turn has not come is answered ``503 payment_pages_paced`` with the
-seconds to its turn and asks the gateway nothing; a gateway's 429 moves every process's next turn on by its wait; a
-queue's pace above the page rate is refused at start-up and wherever a pace is set."""
+``payments.sessions.session_turn_take``): one page per turn, the turns booked on one row in the database so every
+process counts the same ones; a visit whose turn has not come books one of its own, is answered
+``503 payment_pages_paced`` with the seconds to it and asks the gateway nothing, and its visit at that turn creates
+the page without booking again; a gateway's 429 moves every turn on by its wait; a queue's pace above the page rate
+is refused at start-up and wherever a pace is set."""
 
 import itertools
+import re
 import threading
 from datetime import timedelta
 from io import StringIO
@@ -19,7 +21,7 @@ from checkout.testing import place_order
 from devtools.testing import run_concurrently
 from payments import checks, sessions
 from payments.exceptions import PaymentPagesPaced
-from payments.models import GatewayTransaction, PaymentSession, SessionPace
+from payments.models import GatewayTransaction, PaymentSession, SessionPace, SessionTurn
 from skincare.errors import InvalidInput
 from waitingroom import services as queue_services
 from waitingroom.admin import ProductQueueForm
@@ -52,7 +54,7 @@ def naive_turn_take(gateway: str, spacing: float, read: threading.Barrier):
         (due,) = cursor.fetchone()
         read.wait(timeout=30)
         if not due:
-            raise PaymentPagesPaced(order_id=0, retry_after_seconds=spacing)
+            raise PaymentPagesPaced(order_id=0, turn_in_ms=int(spacing * 1000), retry_after_seconds=spacing)
         cursor.execute(
             "UPDATE payment_session_pace SET next_at = clock_timestamp() + make_interval(secs => %s) "
             "WHERE gateway = %s RETURNING next_at",
@@ -61,25 +63,57 @@ def naive_turn_take(gateway: str, spacing: float, read: threading.Barrier):
         return cursor.fetchone()[0]
 
 
-def assert_turns_spaced(outcomes, spacing: timedelta) -> None:
-    """No two granted turns closer than the spacing, and every other visitor refused with the wait to the next."""
-    granted = sorted(o.value for o in outcomes if o.error is None)
+# The pace without booking: the turn taken only when it is due, every other visitor told the wait to the next free
+# turn, so all of them come back at the same instant to race for one turn again.
+UNBOOKED_TURN_SQL = """
+INSERT INTO payment_session_pace AS p (gateway, next_at)
+VALUES (%(gateway)s, clock_timestamp() + make_interval(secs => %(spacing)s))
+ON CONFLICT (gateway) DO UPDATE SET next_at = EXCLUDED.next_at WHERE p.next_at <= clock_timestamp()
+RETURNING next_at
+"""
+
+
+def unbooked_turn_take(gateway: str, spacing: float):
+    with connection.cursor() as cursor:
+        cursor.execute(UNBOOKED_TURN_SQL, {"gateway": gateway, "spacing": spacing})
+        if cursor.fetchone() is not None:
+            return 0.0
+        cursor.execute(
+            "SELECT extract(epoch FROM next_at - clock_timestamp())::float FROM payment_session_pace "
+            "WHERE gateway = %s",
+            [gateway],
+        )
+        (wait,) = cursor.fetchone()
+        raise PaymentPagesPaced(order_id=0, turn_in_ms=int(wait * 1000), retry_after_seconds=wait)
+
+
+def assert_one_turn_each(outcomes) -> None:
+    """At a pace of one page a second: one visitor's turn is now, and every other one is refused with the wait to
+    a turn of its own (1, 2, … seconds: in turn, not all at the next one)."""
+    granted = [o for o in outcomes if o.error is None]
     refused = [o.error for o in outcomes if o.error is not None]
-    assert granted, [repr(e) for e in refused]
-    assert all(isinstance(e, PaymentPagesPaced) and e.retry_after == 1 for e in refused), refused[:3]
-    gaps = [later - earlier for earlier, later in itertools.pairwise(granted)]
-    assert all(gap >= spacing for gap in gaps), gaps
+    assert len(granted) == 1, [repr(e) for e in refused[:3]]
+    assert all(isinstance(e, PaymentPagesPaced) for e in refused), refused[:3]
+    assert sorted(e.retry_after for e in refused) == list(range(1, len(outcomes)))
+
+
+def orders_for(make_product, make_customer, count):
+    product = make_product(stock=count, price="129000.00")
+    return [place_order(customer=make_customer(), items=[(product.pk, 1)]) for _ in range(count)]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_visitors_at_the_same_instant_take_one_turn_between_them(xendit, settings):
+def test_visitors_at_the_same_instant_each_get_a_turn_of_their_own(xendit, settings, make_product, make_customer):
     settings.PAYMENT_SESSIONS_PER_SECOND = 1
+    orders = orders_for(make_product, make_customer, VISITORS)
     gw = sessions.configured_gateway()
 
-    outcomes = run_concurrently(VISITORS, lambda i: sessions.session_turn_take(gw, order_id=i))
+    outcomes = run_concurrently(VISITORS, lambda i: sessions.session_turn_take(gw, order_id=orders[i].pk))
 
-    assert_turns_spaced(outcomes, timedelta(seconds=1))
-    assert sum(o.error is None for o in outcomes) < VISITORS
+    assert_one_turn_each(outcomes)
+    booked = sorted(SessionTurn.objects.values_list("turn_at", flat=True))
+    assert len(booked) == VISITORS - 1
+    assert all(later - earlier >= timedelta(seconds=1) for earlier, later in itertools.pairwise(booked)), booked
 
 
 @pytest.mark.django_db(transaction=True)
@@ -91,7 +125,48 @@ def test_control_a_pace_read_then_written_gives_every_visitor_the_same_turn(xend
 
     assert all(o.error is None for o in outcomes)
     with pytest.raises(AssertionError):
-        assert_turns_spaced(outcomes, timedelta(seconds=1))
+        assert_one_turn_each(outcomes)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_a_pace_without_booking_sends_every_refused_visitor_back_at_once(xendit, settings):
+    outcomes = run_concurrently(VISITORS, lambda i: unbooked_turn_take("xendit", 1.0))
+
+    assert sum(o.error is None for o in outcomes) == 1
+    assert {o.error.retry_after for o in outcomes if o.error is not None} == {1}  # the herd
+    with pytest.raises(AssertionError):
+        assert_one_turn_each(outcomes)
+
+
+def time_passes(seconds: float) -> None:
+    """The database clock moves on by ``seconds`` as the pace sees it: every turn comes that much sooner."""
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE payment_session_pace SET next_at = next_at - make_interval(secs => %s)", [seconds])
+        cursor.execute("UPDATE payment_session_turns SET turn_at = turn_at - make_interval(secs => %s)", [seconds])
+
+
+@pytest.mark.django_db
+def test_a_refused_visit_comes_back_to_its_own_turn_and_spends_it(api, xendit, settings, make_product, customer):
+    settings.PAYMENT_SESSIONS_PER_SECOND = 1
+    product = make_product(stock=4, price="129000.00")
+    first, second, third, fourth = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(4)]
+    assert page(api, first).status_code == 302
+    assert [page(api, order)["Retry-After"] for order in (second, third)] == ["1", "2"]
+
+    time_passes(1.5)  # the second's turn has come, the third's is half a second away
+
+    assert page(api, second).status_code == 302  # its own turn: not booked again behind the third
+    assert not SessionTurn.objects.filter(order=second).exists()
+    assert page(api, third)["Retry-After"] == "1"  # still its own turn, not a new one at the back
+    assert page(api, fourth)["Retry-After"] == "2"  # a newcomer books after every turn booked before it
+    assert creates(xendit) == 2
+
+    time_passes(1)
+    xendit.lose_answers = 1  # the third's page is asked for and its answer lost: the turn is spent
+    assert page(api, third).json()["code"] == "gateway_unavailable"
+    answer = page(api, third)
+    assert (answer.status_code, answer.json()["code"]) == (503, "payment_pages_paced")  # a new turn, behind the fourth
+    assert creates(xendit) == 3
 
 
 @pytest.fixture
@@ -115,7 +190,9 @@ def test_a_visit_whose_turn_has_not_come_asks_the_gateway_nothing(api, xendit, t
     if not rate:  # control: not paced, the second page opens at once
         assert answer.status_code == 302 and creates(xendit) == 2
         return
-    assert (answer.status_code, answer.json()) == (
+    body = answer.json()
+    assert 0 < body.pop("turn_in_ms") <= 1000  # its own turn, one spacing after the first's
+    assert (answer.status_code, body) == (
         503,
         {
             "error": "Payment pages are being prepared in turn; your order is still reserved, retry shortly.",
@@ -141,13 +218,15 @@ def test_a_browser_waiting_for_its_turn_gets_a_page_that_asks_again_by_itself(ap
 
     assert (answer.status_code, answer["Retry-After"], answer["Content-Type"]) == (503, "1", "text/html; charset=utf-8")
     assert b'<meta http-equiv="refresh" content="1">' in answer.content
+    reload = re.search(rb"setTimeout\(function \(\) \{ location.reload\(\); \}, (\d+)\)", answer.content)
+    assert reload and 0 < int(reload[1]) <= 1000  # where scripts run, at its turn to the millisecond
     assert pages_counted("payment_pages_paced") == paced + 1
     assert creates(xendit) == 1
     xendit.stalled.add("create")  # a gateway that does not answer: the same page, with the gateway's wait
     settings.PAYMENT_SESSIONS_PER_SECOND = 0
     unavailable = page(api, second, **BROWSER)
     assert (unavailable.status_code, unavailable["Retry-After"]) == (503, "5")
-    assert b'content="5"' in unavailable.content
+    assert b'content="5"' in unavailable.content and b"setTimeout" not in unavailable.content
     xendit.release.set()
 
 
@@ -167,16 +246,23 @@ def test_a_gateway_429_moves_the_next_turn_on_by_its_wait(api, xendit, two_order
     assert (answer.status_code, answer.json()["code"]) == (503, "payment_pages_paced")
     assert wait - 1 <= int(answer["Retry-After"]) <= wait
     assert len(xendit.requests) == asked  # the gateway was not asked again before its wait was over
+    booked = SessionTurn.objects.get(order=second).turn_at
+
+    sessions.session_pace_back_off(sessions.configured_gateway(), wait_seconds=30)  # another 429
+
+    assert SessionTurn.objects.get(order=second).turn_at - booked >= timedelta(seconds=30)  # booked turns move too
+    assert int(page(api, second)["Retry-After"]) >= 30
 
 
 @pytest.mark.django_db
 def test_the_sandbox_and_an_unpaced_gateway_keep_no_pace(api, xendit, two_orders, settings):
     settings.PAYMENT_SESSIONS_PER_SECOND = 0
-    assert sessions.session_turn_take(sessions.configured_gateway(), order_id=1) is None
+    order = two_orders[1].pk
+    assert sessions.session_turn_take(sessions.configured_gateway(), order_id=order) is None
     assert page(api, two_orders[0]).status_code == 302
     assert not SessionPace.objects.exists()
     settings.PAYMENT_SESSIONS_PER_SECOND = 8  # control: paced, the row holds the next turn
-    assert sessions.session_turn_take(sessions.configured_gateway(), order_id=1) is not None
+    assert sessions.session_turn_take(sessions.configured_gateway(), order_id=order) is not None
     assert SessionPace.objects.filter(gateway="xendit").exists()
 
 
