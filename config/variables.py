@@ -307,7 +307,7 @@ VARIABLES = (
     Variable(
         "PAYMENT_SESSIONS_PER_SECOND",
         default="`8` with `xendit` (its published limit is 10/s), `10` with `midtrans` (it publishes none), `0` with `sandbox`",
-        meaning="payment pages created per second across every web process, one at a time at even spacing ([runbook](runbooks/payments.md#pace-the-payment-pages)): a visit whose turn has not come gets `503 payment_pages_paced` with the seconds to its turn, never the gateway's 429; `0`: not paced",
+        meaning="payment pages created per second across every web process, one at a time at even spacing ([runbook](runbooks/payments.md#pace-the-payment-pages)): a visit that must wait books a turn of its own and gets `503 payment_pages_paced` with the milliseconds to it, never the gateway's 429; `reconcile_payments` asks no faster; `0`: not paced",
         section=PAYMENT_GATEWAY,
     ),
     Variable(

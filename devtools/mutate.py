@@ -1273,6 +1273,28 @@ MUTATIONS = [
         ("payments/tests/test_session_pace.py::test_a_queue_pace_above_the_page_rate_is_refused_where_it_is_set",),
     ),
     Mutation(
+        "reconcile-not-paced",
+        "reconciliation asks the gateway about every order at once, past its rate limit",
+        "payments/sessions.py",
+        "CallPace.__init__",
+        "self.spacing = 1 / rate if rate else 0.0",
+        "self.spacing = 0.0",
+        (
+            "payments/tests/test_session_pace.py::test_reconciliation_asks_within_the_gateways_limit_and_again_after_a_429",
+        ),
+    ),
+    Mutation(
+        "reconcile-429-not-asked-again",
+        "an order the gateway refused for its rate limit is reported unreachable instead of asked again",
+        "payments/sessions.py",
+        "CallPace.status_get",
+        "if tries == RATE_LIMITED_TRIES:",
+        "if True:",
+        (
+            "payments/tests/test_session_pace.py::test_reconciliation_asks_within_the_gateways_limit_and_again_after_a_429",
+        ),
+    ),
+    Mutation(
         "reconcile-never-unmarks",
         "an order stays to reconcile after the gateway answered for it with nothing to mend",
         "payments/sessions.py",

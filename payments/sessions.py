@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import secrets
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -574,6 +575,36 @@ RECONCILED_SQL = (
 )
 
 
+# How many times reconciliation asks again about one transaction the gateway refused for its rate limit.
+RATE_LIMITED_TRIES = 5
+
+
+class CallPace:
+    """One process's calls to the gateway spaced ``1 / PAYMENT_SESSIONS_PER_SECOND`` apart (not spaced when it is
+    0), and none before a 429's wait is over: a command that asks about many orders (reconciliation) stays within
+    the rate the account's pages are sized to. Paced on this process's monotonic clock: nothing here decides an
+    expiry."""
+
+    def __init__(self) -> None:
+        rate = settings.PAYMENT_SESSIONS_PER_SECOND
+        self.spacing = 1 / rate if rate else 0.0
+        self.next_at = time.monotonic()
+
+    def status_get(self, gw: Gateway, *, gateway_order_id: str) -> gateway.TransactionStatus | None:
+        """``gw.status_get`` at this pace, asked again after the gateway's wait when it answers 429."""
+        tries = 1
+        while True:
+            time.sleep(max(0.0, self.next_at - time.monotonic()))  # pacing: the gateway's rate, not a sync
+            self.next_at = max(self.next_at, time.monotonic()) + self.spacing
+            try:
+                return gw.status_get(gateway_order_id=gateway_order_id)
+            except GatewayRateLimited as exc:
+                if tries == RATE_LIMITED_TRIES:
+                    raise
+                tries += 1
+                self.next_at = time.monotonic() + (exc.retry_after or 1)
+
+
 def payments_reconcile(*, since: datetime) -> list[Mismatch]:
     """Every order with a session opened since ``since`` and no longer pending, compared with the gateway's
     status of every transaction it ever had (one call each, through the gateway boundary; none inside a
@@ -581,8 +612,10 @@ def payments_reconcile(*, since: datetime) -> list[Mismatch]:
     paid it, is a refund to make; a
     paid order with no settlement there, and a settlement of another amount, are mismatches too. An order the
     sweeper or a cancel marked for reconciliation (the gateway did not answer then) is unmarked once the gateway
-    answered for every transaction and nothing is to mend; one with a mismatch stays marked, for a person."""
+    answered for every transaction and nothing is to mend; one with a mismatch stays marked, for a person. The calls
+    are paced (:class:`CallPace`)."""
     gw = configured_gateway()
+    pace = CallPace()
     with connection.cursor() as cursor:
         cursor.execute(SESSIONS_SINCE_SQL, [PaymentStatus.SUCCEEDED.value, since, Order.Status.PENDING_PAYMENT.value])
         rows = cursor.fetchall()
@@ -590,7 +623,9 @@ def payments_reconcile(*, since: datetime) -> list[Mismatch]:
     reconciled = []
     for order_id, status, total, currency, gateway_order_ids, paid_by in rows:
         try:
-            statuses = [gw.status_get(gateway_order_id=gateway_order_id) for gateway_order_id in gateway_order_ids]
+            statuses = [
+                pace.status_get(gw, gateway_order_id=gateway_order_id) for gateway_order_id in gateway_order_ids
+            ]
         except GatewayUnavailable as exc:
             mismatches.append(Mismatch(order_id, "unreachable", exc.message))
             continue

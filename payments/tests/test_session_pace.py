@@ -3,7 +3,7 @@
 process counts the same ones; a visit whose turn has not come books one of its own, is answered
 ``503 payment_pages_paced`` with the seconds to it and asks the gateway nothing, and its visit at that turn creates
 the page without booking again; a gateway's 429 moves every turn on by its wait; a queue's pace above the page rate
-is refused at start-up and wherever a pace is set."""
+is refused at start-up and wherever a pace is set; reconciliation asks the gateway at the same pace."""
 
 import itertools
 import re
@@ -306,3 +306,38 @@ def test_a_queue_pace_above_the_page_rate_is_refused_where_it_is_set(make_produc
     settings.PAYMENT_GATEWAY = "sandbox"  # control: the sandbox creates no pages
     queue_services.queue_set(product_id=product.pk, admit_per_second=50)
     assert ProductQueue.objects.get(product_id=product.pk).admit_per_second == 50
+
+
+RECONCILED = 15  # orders: more than the fake's 10 a second
+
+
+def reconcile() -> tuple[int, str]:
+    out = StringIO()
+    try:
+        call_command("reconcile_payments", stdout=out)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("rate", [8, 0])
+def test_reconciliation_asks_within_the_gateways_limit_and_again_after_a_429(
+    api, xendit, settings, make_product, customer, rate
+):
+    settings.PAYMENT_SESSIONS_PER_SECOND = 0
+    product = make_product(stock=RECONCILED, price="129000.00")
+    for _ in range(RECONCILED):
+        order = place_order(customer=customer, items=[(product.pk, 1)])
+        assert page(api, order).status_code == 302
+        assert api.post(f"/v1/orders/{order.pk}/cancel").status_code == 200
+    xendit.limit_per_second = 10  # Xendit's published limit, per endpoint
+    settings.PAYMENT_SESSIONS_PER_SECOND = rate
+
+    code, output = reconcile()
+
+    assert code == 0 and output.startswith("reconcile_payments: 0 mismatches"), output
+    if rate:
+        assert xendit.answered_429 == 0  # paced: every order asked about within the limit
+    else:  # control: unpaced, the gateway refuses some; each is asked again after its wait, and reached
+        assert xendit.answered_429 > 0
