@@ -426,10 +426,6 @@ PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG = env_bool("PAYMENT_SANDBOX_ALLOW_WITHOUT_DE
 PAYMENT_SANDBOX_WEBHOOK_URL = env(
     "PAYMENT_SANDBOX_WEBHOOK_URL", default=f"http://127.0.0.1:{env_int('PORT', 8000)}/v1/payments/webhook"
 )
-# How long a sandbox payment link (signed, in payment_url) stays valid.
-PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = env_int(
-    "PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS", RESERVATION_TTL_SECONDS + 900, minimum=1
-)
 
 # Observability
 # GET /metrics answers loopback clients only (never in production), unless METRICS_TOKEN is set: then

@@ -606,10 +606,4 @@ VARIABLES = (
         meaning="where the sandbox posts its webhook (never taken from the request)",
         section=DEVELOPMENT,
     ),
-    Variable(
-        "PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS",
-        default="`RESERVATION_TTL_SECONDS` + 900",
-        meaning="lifetime of the signed sandbox link in `payment_url`",
-        section=DEVELOPMENT,
-    ),
 )

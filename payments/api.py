@@ -143,9 +143,9 @@ class PaymentPageApi(OutcomeCountingMixin, ApiView):
 
     @schemas.PAYMENT_PAGE
     def get(self, request: Request, token: str) -> HttpResponse:
-        order_id, customer_id = sessions.link_claims(token)
+        link = sessions.link_claims(token)
         try:
-            return HttpResponseRedirect(sessions.payment_session_open(order_id=order_id, customer_id=customer_id))
+            return HttpResponseRedirect(sessions.payment_session_open(link=link))
         except (PaymentPagesPaced, GatewayUnavailable) as exc:  # a wait: the reservation holds
             if "text/html" not in request.META.get("HTTP_ACCEPT", ""):
                 raise  # an API client: the JSON error with Retry-After

@@ -1,9 +1,9 @@
 """A sandbox payment gateway for development (enabled only with ``PAYMENT_SANDBOX=true``; with DEBUG off it only
 starts with the demo-only opt-in ``PAYMENT_SANDBOX_ALLOW_WITHOUT_DEBUG``, see ``payments.checks``).
 
-``payment_url`` from checkout is a signed, expiring link to a page with *Pay* and *Fail* buttons: the link names
-the order and its customer, so the page acts on that one order of that one customer and nothing else (someone
-else's order id in a forged or altered link is a 404). The form is CSRF-protected. Pressing a button makes this
+``payment_url`` from checkout is a signed, expiring link (``payments.links``) to a page with *Pay* and *Fail*
+buttons: the link names the order and its customer, so the page acts on that one order of that one customer and
+nothing else (someone else's order id in a forged or altered link is a 404). The form is CSRF-protected. Pressing a button makes this
 module act like a gateway: it builds an event, signs it with ``PAYMENT_WEBHOOK_SECRET`` and POSTs it to the fixed
 ``PAYMENT_SANDBOX_WEBHOOK_URL``, never to an address taken from the request, so the click walks exactly the path
 production payments take.
@@ -21,16 +21,16 @@ import logging
 import threading
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 from django.conf import settings
-from django.core import signing as django_signing
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 
 from orders.models import Order
 from orders.selectors import OrderView
-from payments import services, signing
+from payments import links, services, signing
 from payments.models import ProcessedEvent
 from skincare.db import db_now
 
@@ -43,13 +43,15 @@ _in_flight: set[str] = set()  # event ids queued or being delivered by this proc
 _in_flight_lock = threading.Lock()
 
 
-def sandbox_link_token(*, order_id: int, customer_id: int) -> str:
-    """The signed, timestamped token of an order's sandbox page (order id and customer id)."""
-    return django_signing.dumps({"order": order_id, "customer": customer_id}, salt=LINK_SALT)
+def sandbox_link_token(*, order_id: int, customer_id: int, until: datetime) -> str:
+    """The signed token of an order's sandbox page (``payments.links``: the order, its customer, its deadline)."""
+    return links.link_sign(salt=LINK_SALT, order_id=order_id, customer_id=customer_id, until=until)
 
 
-def sandbox_path(*, order_id: int, customer_id: int) -> str:
-    return reverse("payment-sandbox", args=[sandbox_link_token(order_id=order_id, customer_id=customer_id)])
+def sandbox_path(*, order_id: int, customer_id: int, until: datetime) -> str:
+    return reverse(
+        "payment-sandbox", args=[sandbox_link_token(order_id=order_id, customer_id=customer_id, until=until)]
+    )
 
 
 def payment_url(request: HttpRequest, order: OrderView) -> str | None:
@@ -57,20 +59,19 @@ def payment_url(request: HttpRequest, order: OrderView) -> str | None:
     sandbox is on, else None."""
     if not settings.PAYMENT_SANDBOX or order.status != Order.Status.PENDING_PAYMENT:
         return None
-    path = sandbox_path(order_id=order.order_id, customer_id=order.customer_id)
+    if order.payment_expires_at is None:
+        return None
+    path = sandbox_path(order_id=order.order_id, customer_id=order.customer_id, until=order.payment_expires_at)
     if settings.PUBLIC_BASE_URL:
         return settings.PUBLIC_BASE_URL.rstrip("/") + path
     return request.build_absolute_uri(path)
 
 
 def _order_from_link(token: str) -> Order:
-    try:
-        claims = django_signing.loads(token, salt=LINK_SALT, max_age=settings.PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS)
-    except django_signing.BadSignature:  # also SignatureExpired
-        raise Http404("invalid or expired sandbox link") from None
-    if not isinstance(claims, dict):
-        raise Http404("invalid sandbox link")
-    order = Order.objects.filter(pk=claims.get("order"), customer_id=claims.get("customer")).first()
+    link = links.link_read(token, salt=LINK_SALT)
+    if link.expired(now=db_now()):
+        raise Http404("expired sandbox link")
+    order = Order.objects.filter(pk=link.order_id, customer_id=link.customer_id).first()
     if order is None:
         raise Http404("no such order")
     return order

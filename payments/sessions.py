@@ -23,7 +23,6 @@ from decimal import Decimal
 from typing import Any, cast
 
 from django.conf import settings
-from django.core import signing as django_signing
 from django.db import connection, transaction
 from django.http import Http404, HttpRequest
 from django.urls import reverse
@@ -31,7 +30,7 @@ from django.urls import reverse
 from orders.exceptions import OrderNotFound, OrderNotPending
 from orders.models import Order
 from orders.selectors import OrderView
-from payments import gateway, sandbox, services
+from payments import gateway, links, sandbox, services
 from payments.exceptions import (
     AmountNotChargeable,
     GatewayRateLimited,
@@ -75,22 +74,21 @@ def payment_url(request: HttpRequest, order: OrderView) -> str | None:
         return sandbox.payment_url(request, order)
     if order.status != Order.Status.PENDING_PAYMENT:
         return None
-    token = django_signing.dumps({"order": order.order_id, "customer": order.customer_id}, salt=LINK_SALT)
+    if order.payment_expires_at is None:
+        return None
+    token = links.link_sign(
+        salt=LINK_SALT, order_id=order.order_id, customer_id=order.customer_id, until=order.payment_expires_at
+    )
     path = reverse("payment-pay", args=[token])
     if settings.PUBLIC_BASE_URL:
         return settings.PUBLIC_BASE_URL.rstrip("/") + path
     return request.build_absolute_uri(path)
 
 
-def link_claims(token: str) -> tuple[int, int]:
-    """(order id, customer id) of a signed payment link; 404 when forged, altered or older than the reservation."""
-    try:
-        claims = django_signing.loads(token, salt=LINK_SALT, max_age=settings.RESERVATION_TTL_SECONDS)
-    except django_signing.BadSignature:  # also SignatureExpired
-        raise Http404("invalid or expired payment link") from None
-    if not isinstance(claims, dict) or not isinstance(claims.get("order"), int):
-        raise Http404("invalid payment link")
-    return claims["order"], claims.get("customer", 0)
+def link_claims(token: str) -> links.Link:
+    """The order, customer and deadline of a signed payment link (``payments.links``); 404 when forged or altered
+    (:func:`payment_session_open` refuses it once expired)."""
+    return links.link_read(token, salt=LINK_SALT)
 
 
 # The order as a session needs it, with the database's clock (autocommit: its own short transaction).
@@ -206,23 +204,26 @@ def session_ends_at(gw: Gateway, *, payment_expires_at: datetime) -> datetime:
     return payment_expires_at - gw.expiry_margin
 
 
-def payment_session_open(*, order_id: int, customer_id: int) -> str:
+def payment_session_open(*, link: links.Link) -> str:
     """The gateway page of a customer's pending order: the stored one, or a new one created now (outside any
     transaction, bounded by the gateway's timeout) and stored. Refuses an order that is not pending (409
     order_not_pending), has less than the margin and the gateway's shortest page left (409 payment_window_closing)
     or a total the gateway cannot charge (409 amount_not_chargeable: both charge whole rupiah); a visit whose turn
     has not come (:func:`session_turn_take`) is 503 payment_pages_paced, and a gateway that does not answer is 503
     gateway_unavailable: both leave the reservation as it is. Only with a gateway (the sandbox
-    links to its own page): 404 otherwise."""
+    links to its own page), and a ``link`` (:func:`link_claims`) not expired: 404 otherwise."""
     if not gateway_pages():
         raise Http404("this shop's payment pages are the sandbox's")
     gw = configured_gateway()
+    order_id = link.order_id
     with connection.cursor() as cursor:
-        cursor.execute(ORDER_FOR_SESSION_SQL, [order_id, customer_id])
+        cursor.execute(ORDER_FOR_SESSION_SQL, [order_id, link.customer_id])
         row = cursor.fetchone()
     if row is None:
         raise OrderNotFound(order_id=order_id)
     status, expires_at, total, currency, now, stored_url = row
+    if link.expired(now=now):
+        raise Http404("expired payment link")
     if status != Order.Status.PENDING_PAYMENT:
         raise OrderNotPending(order_id=order_id, status=status)
     if stored_url:

@@ -156,7 +156,8 @@ def endpoints(base, token, product, order):
         "cancel": http(f"{base}/v1/orders/{order.pk}/cancel", method="POST", headers=auth),
         "webhook": http(f"{base}/v1/payments/webhook", method="POST", body=event, headers=webhook_headers),
         "sandbox": http(
-            base + sandbox.sandbox_path(order_id=order.pk, customer_id=order.customer_id)
+            base
+            + sandbox.sandbox_path(order_id=order.pk, customer_id=order.customer_id, until=order.payment_expires_at)
         ),  # the signed link checkout hands out
         "admin": (admin_status, admin_headers, admin_body),
     }

@@ -6,6 +6,8 @@ import contextlib
 import logging
 import re
 import threading
+import time
+from datetime import timedelta
 
 import pytest
 import requests
@@ -15,15 +17,18 @@ from django.test import Client, RequestFactory
 from checkout.testing import place_order
 from devtools.testing import assert_invariants
 from orders.models import Order
-from payments import sandbox, services
+from payments import links, sandbox, services
 from payments.models import PaymentAttempt, ProcessedEvent
+from skincare.db import db_now
 
 SECRET = "whsec-sandbox-test"
 
 
-def sandbox_path(order):
-    """The signed, expiring link that checkout hands out in ``payment_url``."""
-    return sandbox.sandbox_path(order_id=order.pk, customer_id=order.customer_id)
+def sandbox_path(order, *, until=None):
+    """The signed, expiring link that checkout hands out in ``payment_url`` (``until``: another deadline)."""
+    order.refresh_from_db()
+    until = until or order.payment_expires_at
+    return sandbox.sandbox_path(order_id=order.pk, customer_id=order.customer_id, until=until)
 
 
 def csrf_post(session, url, data):
@@ -226,23 +231,25 @@ def test_checkout_payment_url_is_a_signed_link_to_the_callers_own_order(api, mak
         "expired link",
         "another salt",
         "not a dict",
+        "no deadline",
     ],
 )
 def test_sandbox_links_act_only_on_the_callers_own_order(order, sandbox_on, make_customer, deliveries, link):
     stranger = make_customer()
-    token = sandbox.sandbox_link_token(order_id=order.pk, customer_id=order.customer_id)
+    until = order.payment_expires_at
+    token = sandbox.sandbox_link_token(order_id=order.pk, customer_id=order.customer_id, until=until)
+    claims = {"order": order.pk, "customer": order.customer_id, "until": int(until.timestamp())}
     paths = {
         "bare order id": f"/v1/payments/sandbox/{order.pk}",
         "tampered signature": f"/v1/payments/sandbox/{token[:-2]}xx",
         "someone else's order": "/v1/payments/sandbox/"
-        + django_signing.dumps({"order": order.pk, "customer": stranger.pk}, salt=sandbox.LINK_SALT),
-        "expired link": sandbox_path(order),
-        "another salt": "/v1/payments/sandbox/"
-        + django_signing.dumps({"order": order.pk, "customer": order.customer_id}, salt="other"),
-        "not a dict": "/v1/payments/sandbox/" + django_signing.dumps([order.pk], salt=sandbox.LINK_SALT),
+        + sandbox.sandbox_link_token(order_id=order.pk, customer_id=stranger.pk, until=until),
+        "expired link": sandbox_path(order, until=db_now() - timedelta(seconds=links.LINK_GRACE_SECONDS + 1)),
+        "another salt": "/v1/payments/sandbox/" + django_signing.Signer(salt="other").sign_object(claims),
+        "not a dict": "/v1/payments/sandbox/" + django_signing.Signer(salt=sandbox.LINK_SALT).sign_object([order.pk]),
+        "no deadline": "/v1/payments/sandbox/"
+        + django_signing.Signer(salt=sandbox.LINK_SALT).sign_object({**claims, "until": None}),
     }
-    if link == "expired link":
-        sandbox_on.PAYMENT_SANDBOX_LINK_MAX_AGE_SECONDS = -1
 
     page = Client().get(paths[link])
     press = Client().post(paths[link], {"action": "pay"})
@@ -486,3 +493,19 @@ def test_gunicorns_error_log_is_redacted_too() -> None:
     assert all("secret-link-token" not in line for line in seen), seen
     assert "Error handling request /v1/payments/sandbox/<redacted>" in seen[0]
     assert "worker timeout while serving /v1/payments/sandbox/<redacted>" in seen[1]  # the traceback's text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("pages", ["sandbox_on", "xendit"])
+def test_every_answer_that_shows_the_order_shows_the_same_link(request, api, order, pages, monkeypatch):
+    """The link names nothing that changes while the order is pending, so it does not depend on when it was signed:
+    an idempotent checkout's replay is the first answer, byte for byte (control: a timestamped link differs)."""
+    request.getfixturevalue(pages)
+    first = api.get(f"/v1/orders/{order.pk}").json()["payment_url"]
+    later = time.time() + 5
+    monkeypatch.setattr(django_signing.time, "time", lambda: later)  # the clock a timestamped signature reads
+
+    assert api.get(f"/v1/orders/{order.pk}").json()["payment_url"] == first
+    timestamped = django_signing.dumps({"order": order.pk}, salt=sandbox.LINK_SALT)  # control: signed at "later"
+    monkeypatch.undo()
+    assert django_signing.dumps({"order": order.pk}, salt=sandbox.LINK_SALT) != timestamped

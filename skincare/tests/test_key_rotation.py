@@ -7,13 +7,14 @@ published key."""
 import secrets
 import subprocess
 import sys
+from datetime import UTC, datetime
 
 import pytest
 from django.core import signing
 from django.http import Http404
 from django.test import Client, RequestFactory
 
-from payments import sandbox, sessions
+from payments import links, sandbox, sessions
 from skincare import checks, demo, login_throttle
 from skincare.tests.test_production import ROOT, production_env
 from waitingroom import passtoken
@@ -23,6 +24,9 @@ OLD_KEY, NEW_KEY = secrets.token_urlsafe(50), secrets.token_urlsafe(50)
 ROTATIONS = pytest.mark.parametrize(
     ("fallbacks", "accepted"), [([OLD_KEY], True), ([], False)], ids=["old-key-in-fallbacks", "control-no-fallback"]
 )
+
+
+UNTIL = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)  # a payment deadline, whole seconds as a link holds it
 
 
 def rotate(settings, fallbacks: list[str]) -> None:  # type: ignore[no-untyped-def]
@@ -43,12 +47,12 @@ def test_a_queue_pass_signed_with_the_previous_key(settings, fallbacks, accepted
 @ROTATIONS
 def test_a_payment_link_signed_with_the_previous_key(settings, fallbacks, accepted) -> None:  # type: ignore[no-untyped-def]
     settings.SECRET_KEY = OLD_KEY
-    token = signing.dumps({"order": 41, "customer": 7}, salt=sessions.LINK_SALT)  # as payments.sessions signs one
+    token = links.link_sign(salt=sessions.LINK_SALT, order_id=41, customer_id=7, until=UNTIL)  # as payment_url signs
     rotate(settings, fallbacks)
     if accepted:
-        assert sessions.link_claims(token) == (41, 7)
+        assert sessions.link_claims(token) == links.Link(41, 7, UNTIL)
     else:
-        with pytest.raises(Http404, match="invalid or expired payment link"):
+        with pytest.raises(Http404, match="invalid payment link"):
             sessions.link_claims(token)
 
 
@@ -56,10 +60,10 @@ def test_a_payment_link_signed_with_the_previous_key(settings, fallbacks, accept
 @pytest.mark.django_db
 def test_a_sandbox_link_signed_with_the_previous_key(settings, fallbacks, accepted) -> None:  # type: ignore[no-untyped-def]
     settings.SECRET_KEY = OLD_KEY
-    token = sandbox.sandbox_link_token(order_id=2**40, customer_id=7)
+    token = sandbox.sandbox_link_token(order_id=2**40, customer_id=7, until=datetime.now(UTC))
     rotate(settings, fallbacks)
     # Accepted: the link's signature holds and the order is looked up (there is none); refused: the signature fails.
-    with pytest.raises(Http404, match="no such order" if accepted else "invalid or expired sandbox link"):
+    with pytest.raises(Http404, match="no such order" if accepted else "invalid payment link"):
         sandbox._order_from_link(token)
 
 
