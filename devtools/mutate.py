@@ -1228,6 +1228,15 @@ MUTATIONS = [
         ("payments/tests/test_session_pace.py::test_a_refused_visit_comes_back_to_its_own_turn_and_spends_it",),
     ),
     Mutation(
+        "page-turn-kept-however-late",
+        "a visit long after its booked turn still uses it, bunching with the turns booked after it",
+        "payments/sessions.py",
+        "SESSION_TURN_BOOK_SQL",
+        "AND turn_at > clock_timestamp() - make_interval(secs => %(late)s)",
+        "AND %(late)s IS NOT NULL",
+        ("payments/tests/test_session_pace.py::test_a_visit_long_after_its_turn_books_again",),
+    ),
+    Mutation(
         "page-turn-not-spent",
         "a booked turn serves every later visit of its order, so retries after a failure skip the pace",
         "payments/sessions.py",

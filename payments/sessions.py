@@ -135,12 +135,15 @@ ORDER_STATUS_SQL = "SELECT status FROM orders WHERE id = %s"
 # turn books the next free one: now when the gateway is idle (no credit accrues while idle, so no burst ever exceeds
 # the rate), else the first after every turn booked before it, kept for its order (payments.models.SessionTurn) and
 # answered with the wait. So refused visits are not herded back at the same instant: each returns at its own turn,
-# in the order they came, and its visit then creates the page without booking again. One statement, alone in its own
+# in the order they came, and its visit then creates the page without booking again; a visit more than
+# TURN_LATE_SECONDS after its turn was away, and books again (using the old turn now would bunch with the turns booked
+# after it). One statement, alone in its own
 # transaction: the gateway's row, then the order's turn. The clock is the database's as the statement runs
 # (clock_timestamp(): a booking that waited for the row measures from then).
 SESSION_TURN_BOOK_SQL = """
 WITH held AS (
-    SELECT turn_at FROM payment_session_turns WHERE order_id = %(order)s
+    SELECT turn_at FROM payment_session_turns
+     WHERE order_id = %(order)s AND turn_at > clock_timestamp() - make_interval(secs => %(late)s)
 ), booked AS (
     INSERT INTO payment_session_pace AS p (gateway, next_at)
     SELECT %(gateway)s, clock_timestamp() + make_interval(secs => %(spacing)s) WHERE NOT EXISTS (SELECT FROM held)
@@ -152,12 +155,13 @@ WITH held AS (
 ), kept AS (
     INSERT INTO payment_session_turns (order_id, turn_at)
     SELECT %(order)s, turn_at FROM later WHERE wait > 0
-    ON CONFLICT (order_id) DO NOTHING
+    ON CONFLICT (order_id) DO UPDATE SET turn_at = EXCLUDED.turn_at
 )
 SELECT extract(epoch FROM turn_at - clock_timestamp())::float, true FROM held
 UNION ALL
 SELECT wait, false FROM later
 """
+TURN_LATE_SECONDS = 2  # a waiting page comes back at its turn, a client reading Retry-After within a second of it
 # A booked turn that has come is spent by the visit that uses it (one page attempt per turn).
 SESSION_TURN_SPEND_SQL = "DELETE FROM payment_session_turns WHERE order_id = %s"
 # A gateway's 429: no page before its wait is over, in any process; every booked turn moves on by the same wait.
@@ -172,15 +176,18 @@ UPDATE payment_session_turns SET turn_at = greatest(turn_at, clock_timestamp()) 
 
 
 def session_turn_take(gw: Gateway, *, order_id: int) -> float | None:
-    """Take the order's payment-page turn: its booked turn once it has come, or the gateway's next free one when
-    the gateway is idle; return the seconds it was due ago (None: not paced, when PAYMENT_SESSIONS_PER_SECOND is 0).
+    """Take the order's payment-page turn: its booked turn once it has come (and not more than TURN_LATE_SECONDS
+    ago), or the gateway's next free one when the gateway is idle; return the seconds it was due ago (None: not paced, when PAYMENT_SESSIONS_PER_SECOND is 0).
     Otherwise book the order's turn (the first after every turn booked before it) and refuse with 503
     payment_pages_paced and the seconds until it (``Retry-After``)."""
     rate = settings.PAYMENT_SESSIONS_PER_SECOND
     if not rate:
         return None
     with connection.cursor() as cursor:
-        cursor.execute(SESSION_TURN_BOOK_SQL, {"order": order_id, "gateway": gw.name, "spacing": 1 / rate})
+        cursor.execute(
+            SESSION_TURN_BOOK_SQL,
+            {"order": order_id, "gateway": gw.name, "spacing": 1 / rate, "late": TURN_LATE_SECONDS},
+        )
         wait, held = cursor.fetchone()
         if wait > 0:
             raise PaymentPagesPaced(order_id=order_id, turn_in_ms=math.ceil(wait * 1000), retry_after_seconds=wait)

@@ -341,3 +341,20 @@ def test_reconciliation_asks_within_the_gateways_limit_and_again_after_a_429(
         assert xendit.answered_429 == 0  # paced: every order asked about within the limit
     else:  # control: unpaced, the gateway refuses some; each is asked again after its wait, and reached
         assert xendit.answered_429 > 0
+
+
+@pytest.mark.django_db
+def test_a_visit_long_after_its_turn_books_again(api, xendit, settings, make_product, customer):
+    """Away for longer than TURN_LATE_SECONDS: its old turn now would bunch with the turns booked after it."""
+    settings.PAYMENT_SESSIONS_PER_SECOND = 1
+    product = make_product(stock=5, price="129000.00")
+    orders = [place_order(customer=customer, items=[(product.pk, 1)]) for _ in range(5)]
+    assert page(api, orders[0]).status_code == 302
+    assert [page(api, order)["Retry-After"] for order in orders[1:]] == ["1", "2", "3", "4"]
+
+    time_passes(1 + sessions.TURN_LATE_SECONDS + 0.5)  # the second order's turn is that long gone, the fifth's to come
+
+    answer = page(api, orders[1])
+    assert (answer.status_code, answer.json()["code"]) == (503, "payment_pages_paced")  # a new turn, after the fifth's
+    assert answer.json()["turn_in_ms"] > 1000
+    assert creates(xendit) == 1
