@@ -22,6 +22,7 @@ from devtools.testing import run_concurrently
 from payments import checks, sessions
 from payments.exceptions import PaymentPagesPaced
 from payments.models import GatewayTransaction, PaymentSession, SessionPace, SessionTurn
+from payments.tests.test_gateway_seam import reconcile
 from skincare.errors import InvalidInput
 from waitingroom import services as queue_services
 from waitingroom.admin import ProductQueueForm
@@ -309,15 +310,6 @@ def test_a_queue_pace_above_the_page_rate_is_refused_where_it_is_set(make_produc
 
 
 RECONCILED = 15  # orders: more than the fake's 10 a second
-
-
-def reconcile() -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command("reconcile_payments", stdout=out)
-    except SystemExit as exc:
-        return int(exc.code or 0), out.getvalue()
-    return 0, out.getvalue()
 
 
 @pytest.mark.django_db
