@@ -25,16 +25,18 @@ def _fresh_sold_out_memory():
     from inventory import soldout
     from payments import boundary
     from skincare import selectors
-    from waitingroom import counters
+    from waitingroom import counters, joins
 
     soldout.forget_all()
     selectors.forget_all()  # tokens remembered by this process (the demo token exists in many tests)
     counters.queue_counters_forget()  # the queues' counters this process read (a poll with a signed pass)
+    joins.JOINS.forget()  # the joins this process answered
     boundary.forget()  # the gateway boundary's breaker and calls in flight (payments.boundary)
     yield
     soldout.forget_all()
     selectors.forget_all()
     counters.queue_counters_forget()
+    joins.JOINS.forget()
     boundary.forget()
 
 
@@ -48,6 +50,14 @@ def _token_feed_read_once(request, monkeypatch):
 
     if request.node.get_closest_marker("token_feed") is None:
         monkeypatch.setattr(selectors, "FEED_INTERVAL_SECONDS", float("inf"))
+
+
+@pytest.fixture(autouse=True)
+def _joins_written_at_once(request, settings):
+    """A join is written in its own request (QUEUE_JOIN_FLUSH_MS = 0), so a test reads its pass at once, inside the
+    test's transaction; the batch's own tests (marked ``join_batch``) run the flush thread at its interval."""
+    if request.node.get_closest_marker("join_batch") is None:
+        settings.QUEUE_JOIN_FLUSH_MS = 0
 
 
 @pytest.fixture

@@ -368,6 +368,9 @@ QUEUE_POLL_MIN_SECONDS = env_int("QUEUE_POLL_MIN_SECONDS", 1, minimum=1)
 # How old each process's copy of the queues' counters may be (one read per process per this many seconds, not per
 # poll; waitingroom/counters.py).
 QUEUE_COUNTERS_MAX_AGE_SECONDS = env_int("QUEUE_COUNTERS_MAX_AGE_SECONDS", 1)
+# How often each web process writes the joins it answered, all in one statement (waitingroom/joins.py); 0: each join
+# is written in its own request. A pass answered and not yet written is written at its next poll if its process dies.
+QUEUE_JOIN_FLUSH_MS = env_int("QUEUE_JOIN_FLUSH_MS", 200, minimum=0)
 # A client told poll_after = P_max sees an admission granted right after its poll at most P_max + the counters' age
 # + P_min later: that must leave at least half the admission's TTL to check out. The default is the longest P_max
 # that rule allows (58 s with the default TTL): far passes, which are most of a large crowd, poll as rarely as the

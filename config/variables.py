@@ -410,7 +410,13 @@ VARIABLES = (
     Variable(
         "QUEUE_COUNTERS_MAX_AGE_SECONDS",
         default="`1`",
-        meaning="how old a process's copy of the queues' counters may be ([the signed pass's poll](queue.md#polling))",
+        meaning="how old a process's copy of the queues' counters may be ([the join](queue.md#joining) and [the signed pass's poll](queue.md#polling))",
+        section=LIMITS,
+    ),
+    Variable(
+        "QUEUE_JOIN_FLUSH_MS",
+        default="`200`",
+        meaning="how often each web process writes the joins it answered, all of them together ([joining](queue.md#joining)); `0`: each join is written in its own request",
         section=LIMITS,
     ),
     Variable(

@@ -74,6 +74,7 @@ def queue_passes(product_id: int, stock: int, prefix: str, tokens_json: str, out
     from django.contrib.auth import get_user_model
 
     from waitingroom import passtoken, selectors, services
+    from waitingroom.joins import JOINS
 
     with open(tokens_json) as fh:
         tokens = json.load(fh)
@@ -84,6 +85,7 @@ def queue_passes(product_id: int, stock: int, prefix: str, tokens_json: str, out
     services.queue_pause(product_id=product_id, paused=True)
     for name in names:
         services.queue_join(customer=customers[name], product_id=product_id)
+    JOINS.flush()  # the passes this process answered, written now rather than by its flush thread
     services.queue_advance(product_id=product_id)  # places every pass; paused: admits none
     lines = []
     for token, name in zip(tokens, names, strict=True):

@@ -27,6 +27,7 @@ def signed_answer(queue_pass: selectors.PassView, customer_id: int) -> tuple[dic
             customer_id=customer_id,
             position=queue_pass.position,
             queue_created_us=queue_pass.queue_created_us,
+            joined_us=queue_pass.joined_us,
         )
     )
     body = queue_pass.to_json()
@@ -93,12 +94,13 @@ class QueuePassApi(ApiView):
         signed = passtoken.pass_verify(token=token, customer_id=customer_id, pass_id=pass_id)
         if signed is None:
             raise QueuePassInvalid(pass_id=pass_id)
-        queue_pass = selectors.pass_poll(signed=signed)
+        queue_pass = selectors.pass_poll(signed=signed) or services.queue_pass_recover(signed=signed)
         if queue_pass is None:
             raise QueueNotFound(pass_id=pass_id)
-        if queue_pass.position == signed.position:
+        if queue_pass.position == signed.position and queue_pass.pass_id == pass_id:
             return Response(queue_pass.to_json())
-        body, new_token = signed_answer(queue_pass, customer_id)  # placed since it was signed: a new signed pass
+        # placed since it was signed, or the customer's pass kept instead of this one: a new signed pass
+        body, new_token = signed_answer(queue_pass, customer_id)
         response = Response(body)
-        set_pass_cookie(response, pass_id, new_token)
+        set_pass_cookie(response, queue_pass.pass_id, new_token)
         return response

@@ -28,7 +28,7 @@ from inventory.selectors import STOCK_SUM_SQL
 # whole microseconds) tells a re-created queue (``flash_sale_setup --queue``: its positions start again at 1) from the
 # one this process read before, and a signed pass of an earlier queue from one of this queue.
 QUEUE_COUNTERS_SQL = f"""
-SELECT q.product_id, q.admit_per_second, q.paused, q.admitted_through, q.positioned_through,
+SELECT q.product_id, p.is_active, q.admit_per_second, q.paused, q.admitted_through, q.positioned_through,
        (extract(epoch FROM q.created_at) * 1000000)::bigint,
        extract(epoch FROM p.sale_starts_at)::float8, extract(epoch FROM p.sale_ends_at)::float8,
        COALESCE(stock.available_stock, 0), COALESCE(stock.reserved_stock, 0), extract(epoch FROM now())::float8
@@ -53,9 +53,11 @@ PLACEMENTS_HELD = 50_000
 @dataclass(frozen=True)
 class QueueCounters:
     """One queue as a process last read it. ``read_at``: the database's clock then; ``read_monotonic``: this
-    process's monotonic clock then (their sum with the elapsed time is the database's clock now)."""
+    process's monotonic clock then, halfway through the read (their sum with the elapsed time is the database's clock
+    now, within ``read_error`` seconds: half the read's round trip)."""
 
     product_id: int
+    is_active: bool
     admit_per_second: int
     paused: bool
     admitted_through: int
@@ -67,6 +69,7 @@ class QueueCounters:
     reserved: int
     read_at: float
     read_monotonic: float
+    read_error: float
 
     def db_now(self) -> float:
         """The database's clock now, from the one read and this process's monotonic clock since."""
@@ -137,13 +140,29 @@ def queue_counters(*, product_id: int) -> QueueCounters | None:
 def _counters_read() -> None:
     global _counters, _read_monotonic
     with connection.cursor() as cursor:
+        sent = time.monotonic()
         cursor.execute(QUEUE_COUNTERS_SQL)
         rows = cursor.fetchall()
     now = time.monotonic()
+    # The database's now() is an instant between sending and receiving: taken as the middle, within half the trip.
+    middle, error = (sent + now) / 2, (now - sent) / 2
     counters = {}
-    for pid, pace, paused, admitted, placed, created, starts, ends, available, reserved, db_now in rows:
+    for pid, active, pace, paused, admitted, placed, created, starts, ends, available, reserved, db_now in rows:
         counters[pid] = QueueCounters(
-            pid, pace, paused, admitted, placed, created, starts, ends, available, reserved, db_now, now
+            pid,
+            active,
+            pace,
+            paused,
+            admitted,
+            placed,
+            created,
+            starts,
+            ends,
+            available,
+            reserved,
+            db_now,
+            middle,
+            error,
         )
     _counters = counters
     _placements_read()

@@ -3,9 +3,10 @@ web node without the database.
 
 The token is ``django.core.signing``'s HMAC-SHA256 over a compact JSON object, keyed by ``SECRET_KEY`` (with
 ``SECRET_KEY_FALLBACKS`` for rotation) and a salt of its own, so no other signed value of the service is a valid pass.
-It carries the pass's id, product, customer, position (null until the pass is placed at the opening) and its queue
+It carries the pass's id, product, customer, position (null until the pass is placed at the opening), its queue
 (the queue's creation instant: a queue reset or re-created is another queue, whose counters never answer an older
-pass), and nothing of the pass's draw. It is signed, not encrypted: everything in it is the customer's own to see.
+pass) and its arrival instant (``waitingroom.joins`` writes the pass from it if need be), and nothing of the pass's
+draw. It is signed, not encrypted: everything in it is the customer's own to see.
 """
 
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ class SignedPass:
     # The creation instant of the pass's queue, whole microseconds since the epoch; None in a pass signed before
     # passes named their queue (polled through the database, which is exact).
     queue_created_us: int | None
+    # The arrival instant on the database's clock, whole microseconds since the epoch (waitingroom.joins): what writes
+    # the pass again if its process died before writing it. None in a pass signed before joins were batched.
+    joined_us: int | None = None
 
 
 def pass_sign(signed: SignedPass) -> str:
@@ -38,6 +42,7 @@ def pass_sign(signed: SignedPass) -> str:
         "c": signed.customer_id,
         "n": signed.position,
         "q": signed.queue_created_us,
+        "j": signed.joined_us,
     }
     return signing.Signer(salt=SALT).sign_object(payload)
 
@@ -74,12 +79,14 @@ def _unsign(token: str) -> SignedPass | None:
     if not isinstance(payload, dict):
         return None
     pass_id, product_id, customer_id, position = payload.get("i"), payload.get("p"), payload.get("c"), payload.get("n")
-    queue_created_us = payload.get("q")
+    queue_created_us, joined_us = payload.get("q"), payload.get("j")
     if not (isinstance(pass_id, int) and isinstance(product_id, int) and isinstance(customer_id, int)):
         return None
     if not (position is None or isinstance(position, int)):
         return None
     if not (queue_created_us is None or isinstance(queue_created_us, int)):
+        return None
+    if not (joined_us is None or isinstance(joined_us, int)):
         return None
     return SignedPass(
         pass_id=pass_id,
@@ -87,4 +94,5 @@ def _unsign(token: str) -> SignedPass | None:
         customer_id=customer_id,
         position=position,
         queue_created_us=queue_created_us,
+        joined_us=joined_us,
     )

@@ -63,14 +63,17 @@ QUEUE_JOIN = extend_schema(
     operation_id="queue_join",
     summary="Join the product's queue (one pass per customer)",
     description=(
-        "The first call creates the customer's pass (201); every later call answers the same pass (200), also "
-        "under concurrent calls. Everyone who joins before `sale_starts_at` is placed in a uniformly random order "
-        "at the opening; later joiners are placed behind them in arrival order. Refusals write nothing."
+        "Answered by the web process from the queue's counters; the pass is written with its process's next batch "
+        "(QUEUE_JOIN_FLUSH_MS) or at its first poll through the database. A new pass is 201; a later call answered "
+        "by the same process answers the same pass (200), also under concurrent calls; a customer's pass from "
+        "another process is reconciled at its poll (one pass per customer is kept, at the earlier arrival's place). "
+        "Everyone who joins before `sale_starts_at` is placed in a uniformly random order at the opening; later "
+        "joiners are placed behind them in arrival order. Refusals write nothing."
     ),
     parameters=[PRODUCT_ID],
     request=None,
     responses={
-        200: OpenApiResponse(JoinedPassSerializer, description="The customer's existing pass."),
+        200: OpenApiResponse(JoinedPassSerializer, description="The pass this process answered the customer before."),
         201: OpenApiResponse(JoinedPassSerializer, description="Pass created."),
         401: UNAUTHORIZED,
         404: NOT_FOUND,
@@ -99,8 +102,9 @@ QUEUE_PASS = extend_schema(
     summary="A pass by its id (poll it)",
     description="The same body as the product's queue GET. Another customer's pass is a 404. With the signed pass "
     "(`Queue-Pass` header or the join's cookie) a waiting pass is answered from the pass and the queue's counters "
-    "(at most QUEUE_COUNTERS_MAX_AGE_SECONDS old), without the database; when the answer places the pass it "
-    "carries a new `pass_token`.",
+    "(at most QUEUE_COUNTERS_MAX_AGE_SECONDS old), without the database; when the answer places the pass, or "
+    "answers the customer's pass kept instead of this one (its `pass_id`), it carries a new `pass_token`. A signed "
+    "pass the database lacks (its process died before writing it) is written from the signed pass.",
     parameters=[
         PASS_ID,
         OpenApiParameter("Queue-Pass", str, OpenApiParameter.HEADER, required=False, description="The signed pass."),

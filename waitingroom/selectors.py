@@ -50,7 +50,8 @@ _PASS_SQL = f"""
 SELECT qp.id, qp.product_id, qp.position, qp.draw, qp.admitted_until, {PASS_STATE_SQL} AS state,
        q.admit_per_second, q.paused, q.admitted_through, {SECONDS_TO_START_SQL} AS seconds_to_start,
        COALESCE(stock.available_stock, 0) AS available, COALESCE(stock.reserved_stock, 0) AS reserved,
-       (extract(epoch FROM q.created_at) * 1000000)::bigint AS queue_created_us
+       (extract(epoch FROM q.created_at) * 1000000)::bigint AS queue_created_us,
+       (extract(epoch FROM qp.joined_at) * 1000000)::bigint AS joined_us
 FROM queue_passes qp
 JOIN product_queues q ON q.product_id = qp.product_id
 JOIN products p ON p.id = qp.product_id
@@ -76,6 +77,7 @@ class PassView:
     admit_per_second: int
     units_may_return: bool  # waiting while no unit is available but some are reserved by unpaid orders
     queue_created_us: int  # which queue the pass is in (signed with it, never shown: waitingroom.passtoken)
+    joined_us: int | None  # its arrival on the database's clock (signed with it, never shown)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,6 +132,7 @@ def _pass_view_from_row(row: tuple[Any, ...]) -> PassView:
         available,
         _r,
         queue,
+        joined_us,
     ) = row
     ahead = eta = poll = None
     if state == WAITING:
@@ -156,6 +159,7 @@ def _pass_view_from_row(row: tuple[Any, ...]) -> PassView:
         admit_per_second=pace,
         units_may_return=state == WAITING and available <= 0,
         queue_created_us=queue,
+        joined_us=joined_us,
     )
 
 
@@ -210,6 +214,7 @@ def pass_poll(*, signed: SignedPass) -> PassView | None:
                 admit_per_second=pace,
                 units_may_return=counters.available <= 0,
                 queue_created_us=counters.created_us,
+                joined_us=signed.joined_us,
             )
     return pass_get(customer_id=signed.customer_id, pass_id=signed.pass_id)
 
@@ -232,6 +237,31 @@ def _pass_view_from_counters(
         admit_per_second=counters.admit_per_second,
         units_may_return=False,
         queue_created_us=counters.created_us,
+        joined_us=signed.joined_us,
+    )
+
+
+def pass_view_joined(*, signed: SignedPass, counters: QueueCounters) -> PassView:
+    """A pass just answered by the join (``waitingroom.joins``), not placed yet: waiting for the opening, or for its
+    place at the next advance."""
+    to_start = counters.seconds_to_start()
+    state = SOLD_OUT if counters.sold_out() else WAITING
+    if to_start is not None or state == SOLD_OUT:
+        return _pass_view_from_counters(signed, None, counters, state, to_start)
+    return PassView(
+        pass_id=signed.pass_id,
+        product_id=signed.product_id,
+        state=WAITING,
+        position=None,
+        ahead=None,
+        eta_seconds=None,
+        poll_after=settings.QUEUE_POLL_MIN_SECONDS,
+        admitted_until=None,
+        paused=counters.paused,
+        admit_per_second=counters.admit_per_second,
+        units_may_return=counters.available <= 0,
+        queue_created_us=counters.created_us,
+        joined_us=signed.joined_us,
     )
 
 

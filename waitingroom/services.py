@@ -1,7 +1,8 @@
 """The waiting room's writes: joining a queue, advancing admissions, and ops' queue settings (docs/queue.md).
 
-* :func:`queue_join` — one pass per (product, customer): ``INSERT … ON CONFLICT DO NOTHING`` on the unique
-  constraint, so 50 concurrent joins of one customer make one pass (one 201, the rest 200 with the same pass).
+* :func:`queue_join` — answered by the process from its queue counters, written in batches (``waitingroom.joins``);
+  one pass per (product, customer): concurrent joins of one customer in one process make one pass (one 201, the
+  rest 200 with the same pass), and across processes the unique constraint keeps one.
 * :func:`queue_advance` — run by the sweeper loop (``expire_reservations --loop`` calls :func:`queues_advance`) for every open queue, each in
   its own short transaction that takes the queue's row ``FOR NO KEY UPDATE SKIP LOCKED`` (another sweeper skips it,
   never waits): it places the passes that have no position yet (:data:`PLACE_SQL`: everyone who joined before the
@@ -18,6 +19,7 @@ takes only its customer's own admitted pass (``waitingroom.admission``), a row t
 import logging
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -30,13 +32,17 @@ from skincare.db import retry_transient
 from skincare.errors import InvalidInput
 from skincare.locks import advisory_key
 from waitingroom import metrics, selectors
+from waitingroom.counters import queue_counters, queue_counters_forget
 from waitingroom.exceptions import QueueNotFound, QueueNotOpen, QueueSoldOut
+from waitingroom.joins import JOINS, pass_record
+from waitingroom.passtoken import SignedPass
 from waitingroom.selectors import PassView
 
 logger = logging.getLogger(__name__)
 
-# Whether a customer may join: the product exists and is for sale, has a queue, the queue is open for joining
-# (QUEUE_OPENS_BEFORE_SECONDS before sale_starts_at), the sale has not ended, and a unit is available or reserved.
+# Whether a customer may join, asked of the database only when this process's counters know no queue of the product
+# (none, or created since they were read): the product exists and is for sale, has a queue, the queue is open for
+# joining (QUEUE_OPENS_BEFORE_SECONDS before sale_starts_at), the sale has not ended, a unit is available or reserved.
 JOIN_CHECK_SQL = f"""
 SELECT q.product_id IS NOT NULL AS queued, {SALE_STATE_SQL} AS sale,
        p.sale_starts_at - make_interval(secs => %(opens_before)s) AS opens_at,
@@ -49,59 +55,78 @@ LEFT JOIN product_queues q ON q.product_id = p.id
 WHERE p.id = %(product_id)s AND p.is_active
 """
 
-# The pass: ``early`` and ``draw`` by the database (its clock, its random()). The unique constraint makes a
-# concurrent second join of the same customer wait for the first and then insert nothing.
-JOIN_INSERT_SQL = """
-INSERT INTO queue_passes (product_id, customer_id, early, draw, joined_at)
-SELECT p.id, %(customer_id)s, COALESCE(now() < p.sale_starts_at, false), random(), now()
-  FROM products p WHERE p.id = %(product_id)s
-ON CONFLICT (product_id, customer_id) DO NOTHING
-RETURNING id
-"""
 
-# A join holds its product's queue key shared for its whole transaction; re-creating or removing the queue
-# (:func:`queue_reset`, :func:`queue_remove`) holds it exclusive: a join runs entirely before or entirely after.
-# Shared advisory locks are kept in memory only (no row is written): joins never wait for one another.
-JOIN_LOCK_SQL = "SELECT pg_advisory_xact_lock_shared(%(key)s)"
-RESET_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(key)s)"
-
-
-@retry_transient
-@transaction.atomic
 def queue_join(*, customer: User, product_id: int) -> tuple[PassView, bool]:
-    """The customer's pass for the product, and whether it was created now (201) or existed (200).
+    """The customer's pass for the product, and whether it was created now (201) or this process answered it before
+    (200). Decided from this process's queue counters, without a transaction of its own; the pass is written with
+    its batch (``waitingroom.joins``).
 
     Refusals write nothing: ProductNotFound (404), QueueNotFound (404: the product sells without a queue),
     QueueNotOpen (409, with ``opens_at`` and Retry-After), SaleEnded (410), QueueSoldOut (409: nothing available
-    and nothing reserved). A customer who already has a pass always gets it back (200), whatever its state."""
-    with connection.cursor() as cursor:
-        cursor.execute(JOIN_LOCK_SQL, {"key": advisory_key("product_queue", product_id)})
-    existing = selectors.pass_get(customer_id=customer.pk, product_id=product_id)
-    if existing is not None:
-        return existing, False
+    and nothing reserved). A customer's second join in another process is answered a new pass; one of the two is
+    kept (the earlier arrival's place), and the other's first poll through the database answers the kept one."""
+    counters = queue_counters(product_id=product_id)
+    if counters is None:
+        _join_refusal(product_id)  # raises, unless the queue was created since this process read its counters
+        queue_counters_forget(placements=False)
+        counters = queue_counters(product_id=product_id)
+        if counters is None:
+            raise QueueNotFound(product_id=product_id)
+    if not counters.is_active:
+        raise ProductNotFound(product_id=product_id)
+    if counters.sale_ended():
+        raise SaleEnded(product_ids=[product_id])
+    now = counters.db_now()
+    if counters.sale_starts_at is not None:
+        opens_at = counters.sale_starts_at - settings.QUEUE_OPENS_BEFORE_SECONDS
+        if opens_at > now:
+            raise QueueNotOpen(
+                product_id=product_id,
+                opens_at=datetime.fromtimestamp(opens_at, tz=UTC),
+                retry_after_seconds=max(1, math.ceil(opens_at - now)),
+            )
+    signed = JOINS.issued(product_id=product_id, customer_id=customer.pk, queue_created_us=counters.created_us)
+    if signed is not None:  # joined before in this process: the pass as a poll would see it
+        return selectors.pass_poll(signed=signed) or selectors.pass_view_joined(signed=signed, counters=counters), False
+    if counters.sold_out():
+        raise QueueSoldOut(product_id=product_id)
+    signed, created = JOINS.issue(product_id=product_id, customer_id=customer.pk, counters=counters)
+    if created:
+        metrics.QUEUE_JOINS.inc()
+    return selectors.pass_view_joined(signed=signed, counters=counters), created
+
+
+def _join_refusal(product_id: int) -> None:
+    """Why a product this process's counters know no queue of cannot be joined (raised); returns when the database
+    says it can (its queue was created since the counters were read)."""
     with connection.cursor() as cursor:
         cursor.execute(JOIN_CHECK_SQL, {"product_id": product_id, "opens_before": settings.QUEUE_OPENS_BEFORE_SECONDS})
         row = cursor.fetchone()
-        if row is None:
-            raise ProductNotFound(product_id=product_id)
-        queued, sale, opens_at, seconds_to_open, available, reserved = row
-        if not queued:
-            raise QueueNotFound(product_id=product_id)
-        if sale == SALE_ENDED:
-            raise SaleEnded(product_ids=[product_id])
-        if seconds_to_open is not None:
-            raise QueueNotOpen(
-                product_id=product_id, opens_at=opens_at, retry_after_seconds=max(1, math.ceil(seconds_to_open))
-            )
-        if available <= 0 and reserved <= 0:
-            raise QueueSoldOut(product_id=product_id)
-        cursor.execute(JOIN_INSERT_SQL, {"product_id": product_id, "customer_id": customer.pk})
-        created = cursor.fetchone() is not None
-    joined = selectors.pass_get(customer_id=customer.pk, product_id=product_id)
-    assert joined is not None  # inserted now, or by a concurrent join of the same customer that committed first
-    if created:
-        metrics.QUEUE_JOINS.inc()
-    return joined, created
+    if row is None:
+        raise ProductNotFound(product_id=product_id)
+    queued, sale, opens_at, seconds_to_open, available, reserved = row
+    if not queued:
+        raise QueueNotFound(product_id=product_id)
+    if sale == SALE_ENDED:
+        raise SaleEnded(product_ids=[product_id])
+    if seconds_to_open is not None:
+        raise QueueNotOpen(
+            product_id=product_id, opens_at=opens_at, retry_after_seconds=max(1, math.ceil(seconds_to_open))
+        )
+    if available <= 0 and reserved <= 0:
+        raise QueueSoldOut(product_id=product_id)
+
+
+@retry_transient
+def queue_pass_recover(*, signed: SignedPass) -> PassView | None:
+    """A poll through the database of a signed pass it lacks: the pass is written from its signed copy (its process
+    died before writing it), and the customer's pass of the product is answered: this one, or the one kept instead
+    (the customer joined in another process too). None: the pass cannot be written (a pass signed before joins were
+    batched, or of a queue that is gone)."""
+    if signed.joined_us is None or signed.queue_created_us is None:
+        return None
+    pass_record(signed=signed)
+    return selectors.pass_get(customer_id=signed.customer_id, product_id=signed.product_id)
 
 
 # --- Advancing admissions --------------------------------------------------------------------------------------
@@ -117,10 +142,11 @@ FOR NO KEY UPDATE OF q SKIP LOCKED
 
 # Positions for the passes that have none, after the last one given: first everyone who joined before the opening,
 # in the order of their random draw (a uniformly random order, drawn by the database at the join: arriving early
-# is enough, arriving first gives no edge), then everyone who joined after it, by arrival (the id sequence).
+# is enough, arriving first gives no edge), then everyone who joined after it, by arrival (``joined_at``, the
+# database's clock as each web process knows it: docs/queue.md#joining).
 PLACE_SQL = """
 WITH unplaced AS (
-    SELECT qp.id, row_number() OVER (ORDER BY NOT qp.early, CASE WHEN qp.early THEN qp.draw END, qp.id) AS rn
+    SELECT qp.id, row_number() OVER (ORDER BY NOT qp.early, CASE WHEN qp.early THEN qp.draw END, qp.joined_at, qp.id) AS rn
       FROM queue_passes qp
      WHERE qp.product_id = %(product_id)s AND qp.position IS NULL
 )
@@ -276,6 +302,11 @@ VALUES (%(product_id)s, %(pace)s, false, 0, 0, 0, now())
 ON CONFLICT (product_id) DO UPDATE SET admit_per_second = EXCLUDED.admit_per_second, paused = false, credit = 0,
        credited_at = NULL, positioned_through = 0, admitted_through = 0, created_at = now()
 """
+
+
+# Re-creating or removing a queue holds its key exclusive; a batch of joins holds it shared
+# (``waitingroom.joins.JOIN_LOCK_SQL``): a batch is written entirely before or entirely after.
+RESET_LOCK_SQL = "SELECT pg_advisory_xact_lock(%(key)s)"
 
 
 def _queue_clear(cursor: Any, product_id: int) -> int:

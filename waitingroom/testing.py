@@ -2,7 +2,7 @@
 
 from django.db import connection
 
-from waitingroom import services
+from waitingroom import counters, services
 
 
 def queue_product(product, *, pace=10, starts_in: float | None = None) -> None:
@@ -14,11 +14,14 @@ def queue_product(product, *, pace=10, starts_in: float | None = None) -> None:
 
 
 def sale_starts_in(product, seconds: float) -> None:
+    """Move the product's sale window; this process's queue counters (read before the move, by a join or a poll) are
+    dropped, as QUEUE_COUNTERS_MAX_AGE_SECONDS later (the placements read stay)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE products SET sale_starts_at = now() + make_interval(secs => %s) WHERE id = %s",
             [seconds, product.pk],
         )
+    counters.queue_counters_forget(placements=False)
 
 
 def rewind_queue_clock(product, seconds: float) -> None:

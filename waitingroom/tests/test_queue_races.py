@@ -31,7 +31,7 @@ from inventory.exceptions import StockConflict
 from orders.models import Order
 from payments import services as payment_services
 from skincare.db import db_now
-from waitingroom import admission, services
+from waitingroom import admission, joins, services
 from waitingroom.exceptions import AdmissionRequired, QueueSoldOut
 from waitingroom.models import ProductQueue, QueuePass
 from waitingroom.selectors import pass_get
@@ -162,7 +162,9 @@ def test_after_the_opening_a_later_joiner_is_never_placed_or_admitted_before_an_
 
 
 def test_control_placing_later_joiners_by_the_draw_lets_them_overtake(make_product, monkeypatch):
-    monkeypatch.setattr(services, "PLACE_SQL", place_sql_with("NOT qp.early, " + SHUFFLE + "qp.id", "qp.draw"))
+    monkeypatch.setattr(
+        services, "PLACE_SQL", place_sql_with("NOT qp.early, " + SHUFFLE + "qp.joined_at, qp.id", "qp.draw")
+    )
     assert later_joiners_overtaken(make_product, "lateshuffled") != []
 
 
@@ -387,22 +389,22 @@ def test_sold_out_ends_the_queue(make_product):
 
 
 def join_racing_a_removal(product, customer):
-    """A join that has checked the queue (it exists) and is about to insert its pass, while ops remove the queue:
-    the join is held right before its INSERT until the removal has either finished or is waiting for a lock.
-    Returns how the join ended (the exception's name, or "joined") and the passes of the product once both are
-    done."""
-    checked, proceed = threading.Event(), threading.Event()
+    """A join whose pass is written (its batch's INSERT done, not committed yet) while ops remove the queue: the
+    batch is held after its INSERT until the removal has either finished or is waiting for a lock. Returns how the
+    join ended (the exception's name, or "joined") and the passes of the product once both are done."""
+    written, proceed = threading.Event(), threading.Event()
     outcome = []
 
-    def hold_before_insert(execute, sql, params, many, context):
-        if sql == services.JOIN_INSERT_SQL:
-            checked.set()
+    def hold_after_insert(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql == joins.RECORD_SQL:
+            written.set()
             proceed.wait(timeout=60)
-        return execute(sql, params, many, context)
+        return result
 
     def join():
         try:
-            with connection.execute_wrapper(hold_before_insert):
+            with connection.execute_wrapper(hold_after_insert):
                 services.queue_join(customer=customer, product_id=product.pk)
             outcome.append("joined")
         except Exception as exc:  # the outcome is the test's subject
@@ -421,7 +423,7 @@ def join_racing_a_removal(product, customer):
 
     joiner = threading.Thread(target=join)
     joiner.start()
-    assert checked.wait(timeout=60)
+    assert written.wait(timeout=60)
     remover = threading.Thread(target=remove)
     remover.start()
     wait_until(
@@ -444,10 +446,11 @@ def test_removing_a_queue_is_one_transaction_a_join_cannot_interleave_with(make_
 
 
 def test_control_without_the_joins_shared_lock_a_removal_breaks_a_join_under_way(make_product, customer, monkeypatch):
-    monkeypatch.setattr(services, "JOIN_LOCK_SQL", "SELECT %(key)s")
+    monkeypatch.setattr(joins, "JOIN_LOCK_SQL", "SELECT %(keys)s")
     product = make_product(stock=5)
     queue_product(product, starts_in=60)
 
-    # the removal ran between the join's check and its insert: the join finds no pass of a queue afterwards (a 500)
-    assert join_racing_a_removal(product, customer) == (["AssertionError"], 0)
+    # the removal ran between the batch's insert and its commit: a pass outlives its queue (it would be placed in the
+    # product's next queue)
+    assert join_racing_a_removal(product, customer) == (["joined"], 1)
     assert not ProductQueue.objects.filter(product=product).exists()

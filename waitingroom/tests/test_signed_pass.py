@@ -320,15 +320,18 @@ def test_a_pass_newer_than_the_counters_a_process_holds_is_answered_by_the_datab
     product = make_product(stock=5)
     url, token = placed_pass(api, product)
     poll(api, url, token)  # this process holds the first queue's counters
+    held = counters._counters, counters._read_monotonic
     services.queue_reset(product_id=product.pk, admit_per_second=10)
-    new_url, new_token = join(api, product)  # the new queue's pass, polled before the counters are read again
+    counters.queue_counters_forget(placements=False)
+    new_url, new_token = join(api, product)  # the new queue's pass, answered by a process that read the new queue
+    counters._counters, counters._read_monotonic = held  # polled in this one, before it reads the counters again
 
     with CaptureQueriesContext(connection) as queries:
         answer = poll(api, new_url, new_token)
     assert (answer.status_code, answer.json()["state"]) == (200, "waiting")
     assert len(queries) == 1  # the pass read from the database: never answered from an earlier queue's counters
-    QueuePass.objects.filter(pk=answer.json()["pass_id"]).delete()
-    assert poll(api, new_url, new_token).status_code == 404  # the database's answer, exact
+    services.queue_remove(product_id=product.pk)
+    assert poll(api, new_url, new_token).status_code == 404  # the database's answer, exact: no queue, no pass
 
 
 def test_a_pass_signed_without_its_queue_is_polled_through_the_database(api, make_product):
