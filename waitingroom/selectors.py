@@ -197,25 +197,9 @@ def pass_poll(*, signed: SignedPass) -> PassView | None:
         if position is None:
             position = placed_position(product_id=signed.product_id, pass_id=signed.pass_id)
         if position is not None and position > counters.admitted_through:
-            ahead = position - counters.admitted_through - 1
             if counters.sold_out():
                 return _pass_view_from_counters(signed, position, counters, SOLD_OUT, None)
-            pace, paused = counters.admit_per_second, counters.paused
-            return PassView(
-                pass_id=signed.pass_id,
-                product_id=signed.product_id,
-                state=WAITING,
-                position=position,
-                ahead=ahead,
-                eta_seconds=None if paused else math.ceil(ahead / pace),
-                poll_after=poll_after_seconds(ahead=ahead, pace=pace, paused=paused),
-                admitted_until=None,
-                paused=paused,
-                admit_per_second=pace,
-                units_may_return=counters.available <= 0,
-                queue_created_us=counters.created_us,
-                joined_us=signed.joined_us,
-            )
+            return _waiting_from_counters(signed, position, counters)
     return pass_get(customer_id=signed.customer_id, pass_id=signed.pass_id)
 
 
@@ -248,17 +232,29 @@ def pass_view_joined(*, signed: SignedPass, counters: QueueCounters) -> PassView
     state = SOLD_OUT if counters.sold_out() else WAITING
     if to_start is not None or state == SOLD_OUT:
         return _pass_view_from_counters(signed, None, counters, state, to_start)
+    return _waiting_from_counters(signed, None, counters)
+
+
+def _waiting_from_counters(signed: SignedPass, position: int | None, counters: QueueCounters) -> PassView:
+    """A waiting pass after the opening, from its signed copy and its queue's counters: placed behind the serving
+    counter (``ahead``, its ETA and poll_after from its place), or not placed yet (placed at the next advance)."""
+    pace, paused = counters.admit_per_second, counters.paused
+    ahead = None if position is None else position - counters.admitted_through - 1
     return PassView(
         pass_id=signed.pass_id,
         product_id=signed.product_id,
         state=WAITING,
-        position=None,
-        ahead=None,
-        eta_seconds=None,
-        poll_after=settings.QUEUE_POLL_MIN_SECONDS,
+        position=position,
+        ahead=ahead,
+        eta_seconds=None if ahead is None or paused else math.ceil(ahead / pace),
+        poll_after=(
+            settings.QUEUE_POLL_MIN_SECONDS
+            if ahead is None
+            else poll_after_seconds(ahead=ahead, pace=pace, paused=paused)
+        ),
         admitted_until=None,
-        paused=counters.paused,
-        admit_per_second=counters.admit_per_second,
+        paused=paused,
+        admit_per_second=pace,
         units_may_return=counters.available <= 0,
         queue_created_us=counters.created_us,
         joined_us=signed.joined_us,
