@@ -183,8 +183,8 @@ loadtest-queue: demo haproxy-deps
 loadtest-wait: demo
 	$(PY) -m bench crowd
 
-# Every cell of the benchmark on a fresh database, the one results table written into docs/benchmarks.md (about
-# 8 minutes on two cores).
+# Every cell of the benchmark on a fresh database and the crowd's first minute, the results written into
+# docs/benchmarks.md (about 12 minutes on two cores).
 bench: demo wrk-deps
 	$(PY) -m bench table
 

@@ -1,6 +1,6 @@
 """``python -m bench <name>``: the project's measurements (docs/benchmarks.md).
 
-    python -m bench table      # make bench: every cell below, the one results table written into docs/benchmarks.md
+    python -m bench table      # make bench: every cell below and the crowd's first minute, written into docs/benchmarks.md
     python -m bench http       # the HTTP cells only (wrk through gunicorn), printed
     python -m bench pgbench    # the pgbench cells only (the seed's transaction, the service's statements), printed
     python -m bench cpu        # Python CPU per request, in-process; --against GIT_REF for an A/B (bench.cpu)
@@ -70,11 +70,20 @@ def measure(command: str, argv: Sequence[str]) -> int:
         f"{cells.WORKERS} workers x {web_threads()} threads; medians over the rounds."
     )
     block = table.markdown(rows, table.header(table.machine(), table.server_settings(url), run))
+    crowd_violations: list[str] = []
+    if command == "table" and not args.only:
+        log("the crowd's first minute (bench.waitline, the signed pass)")
+        crowd_args = waitline.parse_args(["--mode", "pass"])
+        crowd = waitline.run_mode(crowd_args, send_pass=True)
+        crowd_violations = crowd["violations"]
+        block += "\n\n" + waitline.first_minute(crowd, crowd_args)
     print("\n" + block)
     if command == "table" and not args.no_docs and not args.only:
         table.write_block(block)
         log(f"wrote the results table of {table.DOCS.relative_to(ROOT)}")
-    return 1 if any(row["errors"] or not row["audit_clean"] for row in rows) else 0
+    for violation in crowd_violations:
+        log(f"the crowd's first minute: {violation}")
+    return 1 if crowd_violations or any(row["errors"] or not row["audit_clean"] for row in rows) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,9 @@ Three times are kept apart, per kind of request:
   waking late (``loop_lag``: the client's CPU) and the wait for a free connection of the pool (the server holding
   every connection);
 - the client's CPU (``resource.getrusage`` of its own process, per second).
+A buyer's **join answer** spans both, and any retry: from its arrival (the join's first due time) to the answer
+that gave it a pass; the report keeps when each pass was answered, which bench/waitline.py compares with the passes
+the database holds.
 The client is **saturated** when its loop lag p99 passes LOOP_LAG_BOUND_MS or its CPU over its busiest
 CPU_WINDOW_SECONDS passes CPU_BOUND of one core; then its latencies are not the service's and the run says so.
 
@@ -121,10 +124,10 @@ class Connection:
 
 
 class Buyer:
-    __slots__ = ("auth", "final", "n", "order", "pass_token", "poll_path", "retries", "step")
+    __slots__ = ("arrived", "auth", "final", "n", "order", "pass_token", "poll_path", "retries", "step")
 
-    def __init__(self, n: int, token: str) -> None:
-        self.n, self.auth, self.step = n, f"Authorization: Bearer {token}\r\n", "join"
+    def __init__(self, n: int, token: str, arrived: float) -> None:
+        self.n, self.auth, self.step, self.arrived = n, f"Authorization: Bearer {token}\r\n", "join", arrived
         self.poll_path = self.pass_token = self.final = None
         self.order: dict[str, Any] | None = None
         self.retries = 0
@@ -148,7 +151,7 @@ class Crowd:
     ) -> None:
         url = urlparse(base)
         self.host, self.port = url.hostname or "127.0.0.1", url.port or 80
-        self.buyers = [Buyer(n, token) for n, token in enumerate(tokens)]
+        self.buyers = [Buyer(n, token, at) for n, (token, at) in enumerate(zip(tokens, join_times, strict=True))]
         self.ends_at, self.opens_at, self.send_pass = ends_at, opens_at, send_pass
         self.connections, self.product_id = connections, product_id
         self.latency: dict[str, list[float]] = {}
@@ -159,6 +162,8 @@ class Crowd:
         self.polls_due: Counter[int] = Counter()  # by second from the opening
         self.polls_answered: Counter[int] = Counter()
         self.answered_per_second: Counter[int] = Counter()  # every kind of request
+        self.joins_answered_at: list[float] = []  # each buyer's first pass, when its answer arrived
+        self.join_answer: list[float] = []  # and how long after the buyer arrived (retries included)
         self.cpu_per_second: list[float] = []
         self.done = 0
         self.last_sale_at: float | None = None
@@ -167,8 +172,8 @@ class Crowd:
         self.heap: list[tuple[float, int, Buyer]] = []
         self.seq = itertools.count()
         self.ready: asyncio.Queue[tuple[float, Buyer]] = asyncio.Queue()
-        for buyer, at in zip(self.buyers, join_times, strict=True):
-            self.schedule(buyer, at)
+        for buyer in self.buyers:
+            self.schedule(buyer, buyer.arrived)
 
     def schedule(self, buyer: Buyer, at: float, *, now: bool = False) -> None:
         """Buyer's next request at ``at``; ``now``: due at once (``at`` is the present), straight to the pool."""
@@ -223,6 +228,9 @@ class Crowd:
         elif step in ("join", "poll") and status in (200, 201):
             if step == "poll":
                 self.polls_answered[self.second(at)] += 1
+            if step == "join" and buyer.pass_token is None:
+                self.joins_answered_at.append(at)
+                self.join_answer.append(at - buyer.arrived)
             if "pass_token" in data:
                 buyer.poll_path, buyer.pass_token = data["poll_url"], data["pass_token"]
             self.pass_answered(buyer, data, at)
@@ -319,6 +327,9 @@ class Crowd:
         loop_lag_p99 = pct([lag * 1000 for lag in self.loop_lag], 0.99)
         due = sum(n for s, n in self.polls_due.items() if self.opens_at + s < self.ends_at)
         answered = sum(self.polls_answered.values())
+        joins = sorted(self.joins_answered_at)
+        join_seconds = Counter(self.second(at) for at in joins)
+        join_span = joins[-1] - joins[0] if len(joins) > 1 else 0.0
         return {
             "buyers": len(self.buyers),
             "send_pass": self.send_pass,
@@ -336,6 +347,13 @@ class Crowd:
             "first_sold_out_at": self.first_sold_out_at,
             "answered_per_second_mean": round(requests / len(self.answered_per_second), 1) if requests else None,
             "answered_per_second_peak": max(self.answered_per_second.values(), default=None),
+            "joins_answered": len(joins),
+            "join_rate_mean": round(len(joins) / join_span, 1) if join_span else None,
+            "join_rate_peak": max(join_seconds.values(), default=None),
+            "join_answer_ms": {
+                q: pct([s * 1000 for s in self.join_answer], v) for q, v in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+            },
+            "joins_answered_at": [round(at, 3) for at in joins],
             "polls_due": due,
             "polls_answered": answered,
             "polls_sustained_ratio": round(answered / due, 3) if due else None,
@@ -393,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text)
-    summary = {k: v for k, v in report.items() if not k.endswith(("per_second",))}
+    summary = {k: v for k, v in report.items() if not k.endswith("per_second") and k != "joins_answered_at"}
     print(json.dumps(summary, indent=2))
     return 0
 

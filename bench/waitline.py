@@ -18,12 +18,13 @@ latencies (gunicorn's access lines); exactness (paid units == stock, audit_inven
 """
 
 import argparse
+import bisect
 import json
 import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 import psycopg
@@ -45,7 +46,16 @@ from devtools.processes import (
 )
 
 IDLE_SECONDS, CLIENT_START_SECONDS = 10, 5
-XACTS_SQL = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+# A pass must be in the database within QUEUE_JOIN_FLUSH_MS of its answer, plus this for the flush's own statement
+# and a worker's thread waiting for the CPU.
+RECORD_SLACK_MS = 300
+# The primary's transactions, the passes it holds, and the scans of the API tokens (a bearer token a web worker does
+# not remember yet is looked up), in one transaction per sample.
+SAMPLE_SQL = """
+SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),
+       (SELECT count(*) FROM queue_passes),
+       (SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'api_tokens')
+"""
 # Units of product 101 paid, and held (paid or still reserved), by orders since the sale's setup.
 SOLD_SQL = """
 SELECT coalesce(sum(l.qty) FILTER (WHERE o.status = 'paid'), 0), coalesce(sum(l.qty), 0)
@@ -69,36 +79,50 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
+class Sample(NamedTuple):
+    at: float  # before the statement: a pass answered before then and counted is in ``passes``
+    cpu: float  # the primary's CPU seconds so far
+    xacts: float  # its transactions so far, the sampler's own subtracted
+    passes: int  # the passes it holds
+    token_lookups: int  # the scans of api_tokens so far
+
+
 class Primary:
-    """Samples, every second on its own connection, the primary's CPU (its PostgreSQL processes) and its
-    transactions; the sampler's own transaction per sample is subtracted."""
+    """Samples, every second on its own connection, the primary's CPU (its PostgreSQL processes), its transactions
+    (the sampler's own transaction per sample subtracted), the passes written and the token lookups."""
 
     def __init__(self, url: str) -> None:
         self.conn = psycopg.connect(url.replace("postgres://", "postgresql://", 1), autocommit=True)
         (backend,) = self.conn.execute("SELECT pg_backend_pid()").fetchone()
         self.postmaster = psutil.Process(psutil.Process(backend).ppid())
-        self.samples: list[tuple[float, float, float]] = []  # (time, CPU seconds, transactions)
+        self.samples: list[Sample] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def sample(self) -> None:
-        (xacts,) = self.conn.execute(XACTS_SQL).fetchone()
-        self.samples.append((time.time(), cpu_seconds(self.postmaster), float(xacts) - len(self.samples)))
+        at = time.time()
+        xacts, passes, lookups = self.conn.execute(SAMPLE_SQL).fetchone()
+        cpu = cpu_seconds(self.postmaster)
+        self.samples.append(Sample(at, cpu, float(xacts) - len(self.samples), int(passes), int(lookups or 0)))
 
     def run(self) -> None:
         while not self.stop.wait(1.0):
             self.sample()
 
     def between(self, start: float, end: float) -> dict[str, float] | None:
-        """CPU cores and transactions per second between the samples nearest ``start`` and ``end``."""
-        inside = [s for s in self.samples if start - 0.5 <= s[0] <= end + 0.5]
-        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1:
+        """CPU cores, transactions and token lookups per second between the samples nearest ``start`` and ``end``."""
+        inside = [s for s in self.samples if start - 0.5 <= s.at <= end + 0.5]
+        if len(inside) < 2 or inside[-1].at - inside[0].at < 1:
             return None
-        (t0, c0, x0), (t1, c1, x1) = inside[0], inside[-1]
+        first, last = inside[0], inside[-1]
+        seconds = last.at - first.at
         return {
-            "seconds": round(t1 - t0, 1),
-            "cpu_cores": round((c1 - c0) / (t1 - t0), 3),
-            "xacts_per_s": (x1 - x0) / (t1 - t0),
+            "from": first.at,
+            "to": last.at,
+            "seconds": round(seconds, 1),
+            "cpu_cores": round((last.cpu - first.cpu) / seconds, 3),
+            "xacts_per_s": (last.xacts - first.xacts) / seconds,
+            "token_lookups_per_s": (last.token_lookups - first.token_lookups) / seconds,
         }
 
     def __enter__(self) -> "Primary":
@@ -112,6 +136,55 @@ class Primary:
         self.conn.close()
 
 
+def failed(statuses: dict[str, int]) -> dict[str, int]:
+    """The client's statuses that are failures: a 5xx, a time-out, a connection that gave no answer."""
+    return {k: n for k, n in statuses.items() if " 5" in k or "time-out" in k or "no answer" in k}
+
+
+def joined_ms(client: dict[str, Any], quantiles: tuple[str, ...]) -> str:
+    """The join answer's quantiles, or that no join was answered."""
+    summary = client["join_answer_ms"]
+    if all(summary.get(q) is None for q in quantiles):
+        return "none answered"
+    return " / ".join(str(summary.get(q)) for q in quantiles)
+
+
+def unrecorded(samples: list[Sample], answered_at: list[float]) -> dict[str, float | int]:
+    """What the samples prove about passes answered but not in the database yet. A sample taken at ``t`` that counts
+    R passes while N passes had been answered before ``t`` proves at least N - R unwritten, and the oldest of them
+    answered no later than the (R+1)-th answer, so at least ``t`` minus that answer old. Returns the most unwritten
+    at a sample and the oldest age (ms) any sample proves; both are lower bounds, sampled once a second."""
+    answered = sorted(answered_at)
+    most, oldest = 0, 0.0
+    for sample in samples:
+        before = bisect.bisect_left(answered, sample.at)
+        if before > sample.passes:
+            most = max(most, before - sample.passes)
+            oldest = max(oldest, sample.at - answered[sample.passes])
+    return {"most": most, "oldest_ms": round(oldest * 1000, 1)}
+
+
+def per_join(phase: dict[str, float] | None, idle: dict[str, float] | None, answered_at: list[float]) -> dict | None:
+    """The primary's cost of the joins answered in ``phase``, net of ``idle``: its transactions, its token lookups
+    (a customer a web worker meets for the first time), the transactions besides those lookups, and its CPU (ms)."""
+    if not phase:
+        return None
+    joins = sum(1 for at in answered_at if phase["from"] <= at <= phase["to"])
+    if not joins:
+        return None
+    base = idle or {"xacts_per_s": 0.0, "cpu_cores": 0.0, "token_lookups_per_s": 0.0}
+    span = phase["seconds"]
+    xacts = (phase["xacts_per_s"] - base["xacts_per_s"]) * span / joins
+    lookups = (phase["token_lookups_per_s"] - base["token_lookups_per_s"]) * span / joins
+    return {
+        "joins": joins,
+        "xacts": round(xacts, 3),
+        "token_lookups": round(lookups, 3),
+        "xacts_besides_lookups": round(xacts - lookups, 3),
+        "cpu_ms": round((phase["cpu_cores"] - base["cpu_cores"]) * span * 1000 / joins, 3),
+    }
+
+
 def run_mode(args: argparse.Namespace, *, send_pass: bool) -> dict[str, Any]:
     mode = "signed pass" if send_pass else "database read"
     url = server_url("skincare_loadtest_wait")
@@ -119,7 +192,9 @@ def run_mode(args: argparse.Namespace, *, send_pass: bool) -> dict[str, Any]:
     recreate_database(url)
     tokens_file = RESULTS / "crowd-tokens.json"
     ctl(url, "tokens", str(args.buyers), "crowd-buyer", str(tokens_file))
-    env = {"API_TOKEN_CACHE_SECONDS": args.token_cache} if args.token_cache is not None else {}
+    env = {"QUEUE_JOIN_FLUSH_MS": str(args.join_flush_ms)}
+    if args.token_cache is not None:
+        env["API_TOKEN_CACHE_SECONDS"] = str(args.token_cache)
     server = Gunicorn(url, workers=args.workers, extra_env=env).start()
     lead = IDLE_SECONDS + CLIENT_START_SECONDS + args.join_spread
     window = ("--duration", "900", "--max-per-customer", "1", "--queue", "--admit-per-second", str(args.pace))
@@ -166,13 +241,27 @@ def run_mode(args: argparse.Namespace, *, send_pass: bool) -> dict[str, Any]:
         net = (sold_out_phase["xacts_per_s"] - idle_xacts) * sold_out_phase["seconds"]
         xacts_per_poll = round(net / polls_after, 3)
     units, held = (int(n) for n in query(url, SOLD_SQL.format(since=int(since)))[0])
+    joins_answered = report["joins_answered_at"]
+    (recorded,) = (int(n) for n in query(url, "SELECT count(*) FROM queue_passes")[0])
+    backlog = unrecorded(primary.samples, joins_answered)
+    bound_ms = args.join_flush_ms + RECORD_SLACK_MS
     audit = manage(url, "audit_inventory", check=False, quiet=True)
     statuses = report["statuses"]
     violations = [
         *([f"oversold: {held} units held, stock {args.stock}"] if held > args.stock else []),
         *([f"sold {units} of {args.stock}, {report['unfinished']} buyers unfinished"] if units != args.stock else []),
         *(["audit_inventory found violations"] if audit.returncode != 0 else []),
-        *[f"{n} x {k}" for k, n in statuses.items() if " 5" in k or "time-out" in k or "no answer" in k],
+        *(
+            [f"{len(joins_answered)} joins answered, {recorded} passes in the database"]
+            if recorded != len(joins_answered)
+            else []
+        ),
+        *(
+            [f"a pass answered {backlog['oldest_ms']} ms before a sample was not in the database (bound {bound_ms} ms)"]
+            if backlog["oldest_ms"] > bound_ms
+            else []
+        ),
+        *[f"{n} x {k}" for k, n in failed(statuses).items()],
         *([f"gunicorn logged {len(errors)} errors"] if errors else []),
         *(
             [f"no poll was answered in the window ({report['polls_due']} were due)"]
@@ -182,7 +271,11 @@ def run_mode(args: argparse.Namespace, *, send_pass: bool) -> dict[str, Any]:
     ]
     return {
         "mode": mode,
-        "client": {k: v for k, v in report.items() if not k.endswith("per_second")},
+        "client": {k: v for k, v in report.items() if not k.endswith("per_second") and k != "joins_answered_at"},
+        "passes_recorded": recorded,
+        "unrecorded": backlog,
+        "record_bound_ms": bound_ms,
+        "per_join": per_join(phases["joining"], phases["idle"], joins_answered),
         "paid_units": units,
         "held_units": held,
         "primary": phases,
@@ -196,7 +289,7 @@ def run_mode(args: argparse.Namespace, *, send_pass: bool) -> dict[str, Any]:
 
 def side_by_side(results: list[dict[str, Any]]) -> str:
     def row(label: str, cell: Any) -> str:
-        return f"{label:<44}" + "".join(f"{cell(r)!s:>22}" for r in results)
+        return f"{label:<48}" + "".join(f"{cell(r)!s:>22}" for r in results)
 
     def phase(name: str, key: str) -> Any:
         return lambda r: (
@@ -222,6 +315,16 @@ def side_by_side(results: list[dict[str, Any]]) -> str:
             "requests answered/s: mean (peak)",
             lambda r: f"{c(r)['answered_per_second_mean']} ({c(r)['answered_per_second_peak']})",
         ),
+        row("joins answered / passes in the database", lambda r: f"{c(r)['joins_answered']} / {r['passes_recorded']}"),
+        row("joins answered/s: mean (peak)", lambda r: f"{c(r)['join_rate_mean']} ({c(r)['join_rate_peak']})"),
+        row("join answer p50 / p99 ms (arrival -> pass)", lambda r: joined_ms(c(r), ("p50", "p99"))),
+        row(
+            "unwritten passes at a sample: most; oldest ms",
+            lambda r: f"{r['unrecorded']['most']}; {r['unrecorded']['oldest_ms']} (<= {r['record_bound_ms']})",
+        ),
+        row("primary transactions per join (net of idle)", lambda r: (r["per_join"] or {}).get("xacts")),
+        row("  of which token lookups", lambda r: (r["per_join"] or {}).get("token_lookups")),
+        row("primary CPU ms per join (net of idle)", lambda r: (r["per_join"] or {}).get("cpu_ms")),
         row("polls due in the window / answered", lambda r: f"{c(r)['polls_due']} / {c(r)['polls_answered']}"),
         row("polls sustained / asked (ratio)", lambda r: c(r)["polls_sustained_ratio"]),
         row("poll p50 / p99 ms (client)", lambda r: step(r, "latency_ms", "poll", ("p50", "p99"))),
@@ -251,7 +354,7 @@ def side_by_side(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench crowd", description=__doc__.split("\n\n")[0])
     parser.add_argument("--buyers", type=int, default=50_000, help="waiting buyers (50,000)")
     parser.add_argument("--stock", type=int, default=500, help="units (500)")
@@ -260,9 +363,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until", type=int, default=90, help="the window ends this many seconds after the opening")
     parser.add_argument("--connections", type=int, default=64, help="the client's connection pool (64)")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (3)")
+    parser.add_argument("--join-flush-ms", type=int, default=200, help="the server's QUEUE_JOIN_FLUSH_MS (200)")
     parser.add_argument("--token-cache", type=int, help="the server's API_TOKEN_CACHE_SECONDS (its default)")
     parser.add_argument("--mode", choices=("both", "pass", "db"), default="both", help="signed pass, database, both")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def first_minute(r: dict[str, Any], args: argparse.Namespace) -> str:
+    """The crowd's first minute as make bench's second table: one signed-pass run of ``run_mode``."""
+    c, cost = r["client"], r["per_join"] or {}
+    joining, idle = r["primary"]["joining"] or {}, r["primary"]["idle"] or {}
+    rows = [
+        ("joins answered / passes in the database", f"{c['joins_answered']:,} / {r['passes_recorded']:,}"),
+        ("joins answered per second: mean (peak second)", f"{c['join_rate_mean']} ({c['join_rate_peak']})"),
+        ("join answer p50 / p99 / max ms (arrival to pass, at the client)", joined_ms(c, ("p50", "p99", "max"))),
+        (
+            "unwritten passes at a once-a-second sample: most; oldest ms (bound)",
+            f"{r['unrecorded']['most']}; {r['unrecorded']['oldest_ms']} ({r['record_bound_ms']})",
+        ),
+        ("primary transactions per join, net of idle", cost.get("xacts")),
+        ("  of which API token lookups (a customer new to a worker)", cost.get("token_lookups")),
+        ("primary CPU ms per join, net of idle", cost.get("cpu_ms")),
+        ("primary CPU cores: idle / joining", f"{idle.get('cpu_cores')} / {joining.get('cpu_cores')}"),
+        ("polls sustained / asked", c["polls_sustained_ratio"]),
+        ("poll lag p99 ms (due to sent)", (c["lag_ms"].get("poll") or {}).get("p99")),
+        ("5xx, time-outs, no answer", sum(failed(c["statuses"]).values())),
+        ("client saturated", c["client_saturated"]),
+        ("units paid (stock); exact", f"{r['paid_units']} ({args.stock}); {'yes' if not r['violations'] else 'NO'}"),
+    ]
+    return "\n".join(
+        [
+            f"The crowd's first minute (`python -m bench crowd --mode pass`): {c['buyers']:,} buyers join product 101's "
+            f"queue over the {args.join_spread} s before its opening and wait, {args.stock} units at {args.pace} "
+            f"admissions/s, gunicorn with {args.workers} sync workers, joins written every {args.join_flush_ms} ms.",
+            "",
+            "| figure | value |",
+            "|---|---:|",
+            *[f"| {label} | {value} |" for label, value in rows],
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     modes = {"both": (True, False), "pass": (True,), "db": (False,)}[args.mode]
     results = [run_mode(args, send_pass=send_pass) for send_pass in modes]

@@ -63,6 +63,10 @@ def test_the_crowd_obeys_poll_after_and_keeps_lag_apart_from_latency(live_server
     assert polls >= 2
     assert report["statuses"].get("poll 200", 0) == polls  # every poll answered (the signed pass accepted)
     assert report["client_saturated"] is False
+    # Every buyer's first pass is counted once, at the answer that gave it, after the buyer arrived.
+    assert report["joins_answered"] == 3 == len(report["joins_answered_at"])
+    assert all(now <= at <= now + 15 for at in report["joins_answered_at"])
+    assert 0 < report["join_answer_ms"]["p50"] <= report["join_answer_ms"]["max"] < 15_000
 
 
 def test_the_saturation_flag_follows_the_stated_bounds():
@@ -82,10 +86,16 @@ def crowd_result(*, polls_answered: bool) -> dict:
     }
     lags = {k: {"p50": v["p50"], "p99": v["p99"], "max": v["p99"]} for k, v in summary.items()}
     client = {
+        "buyers": 2,
         "finals": {},
+        "statuses": {"join 201": 2},
         "unfinished": 2,
         "answered_per_second_mean": 2.0,
         "answered_per_second_peak": 2,
+        "joins_answered": 2,
+        "join_rate_mean": 2.0,
+        "join_rate_peak": 2,
+        "join_answer_ms": {"p50": 12.0, "p99": 20.0, "max": 20.0},
         "polls_due": 10,
         "polls_answered": 2 if polls_answered else 0,
         "polls_sustained_ratio": None,
@@ -102,6 +112,10 @@ def crowd_result(*, polls_answered: bool) -> dict:
         "mode": "signed pass",
         "client": client,
         "primary": phases,
+        "passes_recorded": 2,
+        "unrecorded": {"most": 0, "oldest_ms": 0.0},
+        "record_bound_ms": 500,
+        "per_join": None,
         "xacts_per_poll_sold_out_net_of_idle": None,
         "web_cpu_seconds": 1.0,
         "server_ms": {},
@@ -121,3 +135,50 @@ def test_the_crowd_report_says_which_step_nothing_answered():
     assert "none answered" in poll_row and "4.0" in poll_row  # the mode whose polls were answered shows them
     assert "none answered" in next(line for line in table.splitlines() if line.startswith("checkout p99"))
     assert "none sent" in next(line for line in table.splitlines() if line.startswith("poll lag p99"))
+
+
+def test_the_unwritten_passes_are_the_answered_ones_a_sample_did_not_count():
+    from bench.waitline import Sample, unrecorded
+
+    answered = [10.0, 10.1, 10.2, 11.0]
+    caught_up = [Sample(10.5, 0.0, 0, 3, 0), Sample(11.5, 0.0, 0, 4, 0)]
+    assert unrecorded(caught_up, answered) == {"most": 0, "oldest_ms": 0.0}
+    # Control: a sample at 12.0 that counts two passes proves two unwritten, the oldest answered at 10.2.
+    behind = [*caught_up, Sample(12.0, 0.0, 0, 2, 0)]
+    assert unrecorded(behind, answered) == {"most": 2, "oldest_ms": 1800.0}
+    # A pass answered after the sample is not owed by it.
+    assert unrecorded([Sample(10.05, 0.0, 0, 0, 0)], answered) == {"most": 1, "oldest_ms": 50.0}
+
+
+def test_the_cost_per_join_is_the_joining_phase_net_of_idle_over_its_joins():
+    from bench.waitline import per_join
+
+    idle = {"xacts_per_s": 2.0, "cpu_cores": 0.01, "token_lookups_per_s": 0.0}
+    joining = {"from": 100.0, "to": 110.0, "seconds": 10.0, "xacts_per_s": 102.0, "cpu_cores": 0.11}
+    joining["token_lookups_per_s"] = 90.0
+    answered = [99.0] + [100.0 + n / 100 for n in range(1000)] + [111.0]  # 1,000 joins inside the phase
+    assert per_join(joining, idle, answered) == {
+        "joins": 1000,
+        "xacts": 1.0,
+        "token_lookups": 0.9,
+        "xacts_besides_lookups": 0.1,
+        "cpu_ms": 1.0,
+    }
+    assert per_join(joining, idle, [99.0]) is None  # no join inside the phase: no cost per join
+    assert per_join(None, idle, answered) is None
+
+
+def test_make_bench_states_the_first_minute_and_whether_it_was_exact():
+    from bench.waitline import first_minute, parse_args
+
+    args = parse_args(["--mode", "pass"])
+    result = crowd_result(polls_answered=True)
+    result["client"]["statuses"]["poll 503"] = 1
+    lines = first_minute(result, args).splitlines()
+    row = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1].rstrip(" |") for line in lines if " | " in line}
+    assert row["joins answered / passes in the database"] == "2 / 2"
+    assert row["join answer p50 / p99 / max ms (arrival to pass, at the client)"] == "12.0 / 20.0 / 20.0"
+    assert row["5xx, time-outs, no answer"] == "1"
+    assert row["units paid (stock); exact"] == "0 (500); NO"  # the result's violations say it was not exact
+    result["violations"] = []
+    assert "0 (500); yes |" in first_minute(result, args)
