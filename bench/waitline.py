@@ -395,7 +395,8 @@ def first_minute(r: dict[str, Any], args: argparse.Namespace) -> str:
         [
             f"The crowd's first minute (`python -m bench crowd --mode pass`): {c['buyers']:,} buyers join product 101's "
             f"queue over the {args.join_spread} s before its opening and wait, {args.stock} units at {args.pace} "
-            f"admissions/s, gunicorn with {args.workers} sync workers, joins written every {args.join_flush_ms} ms.",
+            f"admissions/s, gunicorn with {args.workers} workers as `make run` serves them, joins written every "
+            f"{args.join_flush_ms} ms.",
             "",
             "| figure | value |",
             "|---|---:|",
