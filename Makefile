@@ -184,7 +184,7 @@ loadtest-wait: demo
 	$(PY) -m bench crowd
 
 # Every cell of the benchmark on a fresh database and the crowd's first minute, the results written into
-# docs/benchmarks.md (about 12 minutes on two cores).
+# docs/benchmarks.md (about 15 minutes on two cores).
 bench: demo wrk-deps
 	$(PY) -m bench table
 

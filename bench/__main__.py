@@ -39,7 +39,7 @@ def service_statements(url: str) -> dict:
 
 def measure(command: str, argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m bench {command}")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of every cell, alternating the order (3)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of every cell, alternating the order (5)")
     parser.add_argument("--duration", type=int, default=5, help="seconds per cell (5)")
     parser.add_argument("--connections", type=int, default=16, help="wrk connections and pgbench clients (16)")
     parser.add_argument("--no-docs", action="store_true", help="table: print it, leave docs/benchmarks.md alone")

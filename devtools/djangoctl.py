@@ -14,6 +14,7 @@ import json
 import sys
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import Any
 
 from devtools.processes import setup_django_quietly
 
@@ -32,12 +33,21 @@ def tokens(count: int, prefix: str, out: str) -> None:
 
     user_model = get_user_model()
     names = [f"{prefix}-{i:05d}" for i in range(count)]
+    # The names go to PostgreSQL in chunks: one statement takes at most 65,535 parameters.
+    chunks = [names[i : i + 10_000] for i in range(0, count, 10_000)]
     with transaction.atomic():
-        known = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+        known = {
+            u
+            for chunk in chunks
+            for u in user_model.objects.filter(username__in=chunk).values_list("username", flat=True)
+        }
         fresh = [user_model(username=name, password=make_password(None)) for name in names if name not in known]
         user_model.objects.bulk_create(fresh, batch_size=2000)
-        users = user_model.objects.filter(username__in=names).in_bulk(field_name="username")
-        ApiToken.objects.filter(user__username__in=known, revoked_at__isnull=True).update(revoked_at=Now())
+        users: dict[str, Any] = {}
+        for chunk in chunks:
+            users.update(user_model.objects.filter(username__in=chunk).in_bulk(field_name="username"))
+        for chunk in chunks:
+            ApiToken.objects.filter(user__username__in=chunk, revoked_at__isnull=True).update(revoked_at=Now())
         issued = [services.api_token_issue(user=users[name]) for name in names]
     with open(out, "w") as fh:
         json.dump(issued, fh)
