@@ -13,6 +13,9 @@ every answer's status is checked. Each scenario is warmed up, then timed in roun
 ``time.process_time()`` (this process's CPU, user + system); rounds of the scenarios are interleaved, their order
 rotated every round, so a burst of noise spreads over all of them. The PostgreSQL backend serving the worker's one
 connection is read from /proc over each round too (its CPU per request). Reported: the median over the rounds.
+The sold-out refusal, the signed poll and the join run once more through a plain Django view that calls their
+views' own methods (``_bare``, routed under ``BARE_PREFIX`` by a URLconf made in the worker): the same work without
+DRF's dispatch, so each pair of scenarios prices the framework.
 After every checkout round the worker cancels its pending orders through the API (untimed); ``manage.py
 audit_inventory`` must pass at the end.
 
@@ -44,7 +47,16 @@ SCENARIOS = (
     "queue_poll",
     "queue_poll_unsigned",
     "queue_join",
+    "checkout_sold_out_bare",
+    "queue_poll_bare",
+    "queue_join_bare",
 )
+# The scenarios that call an endpoint's own view method from a plain Django view (:func:`_bare_views`), each beside
+# the scenario it strips: what the endpoint costs without DRF's dispatch, request and rendering.
+BARE = {"checkout_sold_out_bare": "checkout_sold_out", "queue_poll_bare": "queue_poll", "queue_join_bare": "queue_join"}
+# Where those plain views are routed: under /v1/, so the middleware treats them as the API (skincare.middleware), and
+# first, so they resolve as directly as the real routes (which each pay one more prefix that does not match).
+BARE_PREFIX = "v1/bench-bare/"
 CUSTOMER = "cpu-bench-customer"
 SKUS = {
     "stock": ("cpu-bench-stock", 10_000_000),
@@ -158,11 +170,77 @@ def _backend_cpu() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _bare(view_class: Any, method: str) -> Callable[..., Any]:
+    """A plain Django view that calls ``view_class``'s own ``method`` (the endpoint's work: its checks, its services,
+    its answer) with what DRF's dispatch would have given it, and nothing else: the bearer token's user, the JSON
+    body, any error answered by the API's one exception handler, the answer written by the API's JSON renderer and
+    counted on /metrics as the view's class counts it. Not a second pipeline: the benchmark's measure of what a
+    pipeline of the project's own could at best save (it reads no other header, negotiates nothing)."""
+    from django.http import HttpResponse
+    from django.views.decorators.csrf import csrf_exempt
+
+    from skincare.api import JSONRenderer, bearer_token_user, exception_handler
+
+    render = JSONRenderer().render
+
+    @csrf_exempt
+    def view(request: Any, **kwargs: Any) -> HttpResponse:
+        started = time.perf_counter()
+        instance = view_class()
+        try:
+            request.user = bearer_token_user(request.META)
+            request.data = json.loads(request.body) if request.body else {}
+            answer = getattr(instance, method)(request, **kwargs)
+        except Exception as exc:
+            answer = exception_handler(exc, {"view": instance})
+        response = HttpResponse(render(answer.data), status=answer.status_code, content_type="application/json")
+        for name, value in answer.items():
+            if name != "Content-Type":
+                response[name] = value
+        response.cookies = answer.cookies
+        if hasattr(instance, "count_answer"):
+            instance.count_answer(started, instance.outcome(answer))
+        return response
+
+    return view
+
+
+def _bare_views() -> bool:
+    """Route :data:`BARE_PREFIX` + the refusal's, the signed poll's and the join's paths to :func:`_bare` views of
+    their endpoints (a URLconf module made here, the project's routes after them); False in a tree whose views are
+    not where this looks (an A/B's older side)."""
+    import importlib
+    import types
+
+    from django.conf import settings
+    from django.urls import include, path
+
+    try:
+        from checkout.api import CheckoutApi
+        from waitingroom.api import QueueApi, QueuePassApi
+    except ImportError:
+        return False
+    project = importlib.import_module(settings.ROOT_URLCONF)
+    urls = types.ModuleType("bench_bare_urls")
+    bare = [
+        path("checkout", _bare(CheckoutApi, "post")),
+        path("queue/passes/<id:pass_id>", _bare(QueuePassApi, "get")),
+        path("products/<id:product_id>/queue", _bare(QueueApi, "post")),
+    ]
+    urls.urlpatterns = [path(BARE_PREFIX, include(bare)), *project.urlpatterns]  # type: ignore[attr-defined]
+    for name in ("handler400", "handler403", "handler404", "handler500"):
+        setattr(urls, name, getattr(project, name))
+    sys.modules[urls.__name__] = urls
+    settings.ROOT_URLCONF = urls.__name__
+    return True
+
+
 def _queue_polls(handler: Any, token: str) -> dict[str, Callable[[], bytes]]:
     """A waiting pass's poll with its signed pass (the process's queue counters, no statement while fresh) and
     without it (the pass read from the database); none in a tree without signed passes (an A/B's older side)."""
     try:
         from waitingroom import passtoken, services
+        from waitingroom.models import QueuePass
     except ImportError:
         return {}
     from django.contrib.auth.models import User
@@ -171,6 +249,8 @@ def _queue_polls(handler: Any, token: str) -> dict[str, Callable[[], bytes]]:
     customer = User.objects.get(username=CUSTOMER)
     product_id = _product("queued")
     services.queue_set(product_id=product_id, admit_per_second=1)
+    # A pass left by an earlier run would be kept instead of this run's (one pass per customer and product): gone.
+    QueuePass.objects.filter(customer=customer, product_id=product_id).delete()
     queue_pass, _created = services.queue_join(customer=customer, product_id=product_id)
     log = _join_log()
     if log is not None:
@@ -190,6 +270,9 @@ def _queue_polls(handler: Any, token: str) -> dict[str, Callable[[], bytes]]:
     return {
         "queue_poll": _request(handler, "GET", path, 200, token=token, headers=header),
         "queue_poll_unsigned": _request(handler, "GET", path, 200, token=token),
+        "queue_poll_bare": _request(
+            handler, "GET", f"/{BARE_PREFIX}{path.removeprefix('/v1/')}", 200, token=token, headers=header
+        ),
     }
 
 
@@ -208,9 +291,12 @@ def _join_log() -> Any:
 JOIN_BATCH = 50
 
 
-def _queue_joins(handler: Any, joiners: int) -> tuple[dict[str, Callable[[], bytes]], dict[str, Callable[[], object]]]:
-    """Each call a join of the queued product by one of ``joiners`` customers that has no pass (a new pass: 201),
-    and what clears their passes after a round (untimed); none in a tree without a waiting room."""
+def _queue_joins(
+    handler: Any, joiners: int, *, name: str = "queue_join", prefix: str = "/v1/"
+) -> tuple[dict[str, Callable[[], bytes]], dict[str, Callable[[], object]]]:
+    """``name``: each call a join of the queued product by one of ``joiners`` customers of its own that has no pass
+    (a new pass: 201) at ``prefix`` + the join's path, and what clears their passes after a round (untimed); none
+    in a tree without a waiting room."""
     try:
         from waitingroom import services
         from waitingroom.models import QueuePass
@@ -222,8 +308,8 @@ def _queue_joins(handler: Any, joiners: int) -> tuple[dict[str, Callable[[], byt
 
     product_id = _product("queued")
     services.queue_set(product_id=product_id, admit_per_second=1)
-    users = [User.objects.get_or_create(username=f"{CUSTOMER}-joiner-{i}")[0] for i in range(joiners)]
-    path = f"/v1/products/{product_id}/queue"
+    users = [User.objects.get_or_create(username=f"{CUSTOMER}-{name}-{i}")[0] for i in range(joiners)]
+    path = f"{prefix}products/{product_id}/queue"
     calls = [_request(handler, "POST", path, 201, token=skincare_services.api_token_issue(user=u)) for u in users]
     turn = itertools.cycle(calls)
     log = _join_log()
@@ -244,7 +330,7 @@ def _queue_joins(handler: Any, joiners: int) -> tuple[dict[str, Callable[[], byt
         QueuePass.objects.filter(product_id=product_id, customer__in=users).delete()
 
     clear()
-    return {"queue_join": join}, {"queue_join": clear}
+    return {name: join}, {name: clear}
 
 
 def measure(
@@ -301,6 +387,7 @@ def worker(rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()) 
     call_command("issue_token", CUSTOMER, stdout=out)
     token = out.getvalue().strip()
     stock, sold_out = _product("stock"), _product("sold_out")
+    bare = _bare_views()
     handler = WSGIHandler()
 
     def body(pid: int) -> bytes:
@@ -320,10 +407,16 @@ def worker(rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()) 
             _request(handler, "POST", "/v1/checkout", 409, body(sold_out), token)
         ),
         "checkout": _request(handler, "POST", "/v1/checkout", 201, body(stock), token),
+        "checkout_sold_out_bare": _request(handler, "POST", f"/{BARE_PREFIX}checkout", 409, body(sold_out), token),
         **_queue_polls(handler, token),
     }
-    joins, clear_joins = _queue_joins(handler, max(requests, warmup))  # a round's joins are each a new pass
-    callables.update(joins)
+    clear_joins: dict[str, Callable[[], object]] = {}
+    for name, prefix in (("queue_join", "/v1/"), ("queue_join_bare", f"/{BARE_PREFIX}")):
+        joins, clear = _queue_joins(handler, max(requests, warmup), name=name, prefix=prefix)  # each a new pass
+        callables.update(joins)
+        clear_joins.update(clear)
+    if not bare:
+        callables = {name: call for name, call in callables.items() if name not in BARE}
     try:
         if only:
             callables = {name: call for name, call in callables.items() if name in only or name == "healthz"}
@@ -395,6 +488,9 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         "queue_poll": "in-process queue poll, signed pass",
         "queue_poll_unsigned": "in-process queue poll, no signed pass",
         "queue_join": "in-process queue join (a new pass, 201)",
+        "checkout_sold_out_bare": "in-process sold-out checkout (409), its view without DRF's dispatch",
+        "queue_poll_bare": "in-process queue poll, signed pass, its view without DRF's dispatch",
+        "queue_join_bare": "in-process queue join, its view without DRF's dispatch",
     }
     return [
         {
