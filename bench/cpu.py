@@ -54,8 +54,7 @@ SCENARIOS = (
 # The scenarios that call an endpoint's own view method from a plain Django view (:func:`_bare_views`), each beside
 # the scenario it strips: what the endpoint costs without DRF's dispatch, request and rendering.
 BARE = {"checkout_sold_out_bare": "checkout_sold_out", "queue_poll_bare": "queue_poll", "queue_join_bare": "queue_join"}
-# Where those plain views are routed: under /v1/, so the middleware treats them as the API (skincare.middleware), and
-# first, so they resolve as directly as the real routes (which each pay one more prefix that does not match).
+# Where those plain views are routed: under /v1/, so the middleware treats them as the API (skincare.middleware).
 BARE_PREFIX = "v1/bench-bare/"
 CUSTOMER = "cpu-bench-customer"
 SKUS = {
@@ -207,8 +206,9 @@ def _bare(view_class: Any, method: str) -> Callable[..., Any]:
 
 def _bare_views() -> bool:
     """Route :data:`BARE_PREFIX` + the refusal's, the signed poll's and the join's paths to :func:`_bare` views of
-    their endpoints (a URLconf module made here, the project's routes after them); False in a tree whose views are
-    not where this looks (an A/B's older side)."""
+    their endpoints, in a URLconf module made here: the project's routes, with each app's bare routes just before
+    the app's own, so a bare path is resolved through as many routes as its endpoint's path. False in a tree whose
+    views are not where this looks (an A/B's older side)."""
     import importlib
     import types
 
@@ -220,14 +220,24 @@ def _bare_views() -> bool:
         from waitingroom.api import QueueApi, QueuePassApi
     except ImportError:
         return False
+    bare = {
+        "checkout.urls": [path("checkout", _bare(CheckoutApi, "post"))],
+        "waitingroom.urls": [
+            path("products/<id:product_id>/queue", _bare(QueueApi, "post")),
+            path("queue/passes/<id:pass_id>", _bare(QueuePassApi, "get")),
+        ],
+    }
     project = importlib.import_module(settings.ROOT_URLCONF)
     urls = types.ModuleType("bench_bare_urls")
-    bare = [
-        path("checkout", _bare(CheckoutApi, "post")),
-        path("queue/passes/<id:pass_id>", _bare(QueuePassApi, "get")),
-        path("products/<id:product_id>/queue", _bare(QueueApi, "post")),
-    ]
-    urls.urlpatterns = [path(BARE_PREFIX, include(bare)), *project.urlpatterns]  # type: ignore[attr-defined]
+    patterns: list[Any] = []
+    for route in project.urlpatterns:
+        app = getattr(getattr(route, "urlconf_name", None), "__name__", None)  # an included module's name
+        if app in bare:
+            patterns.append(path(BARE_PREFIX, include(bare.pop(app))))
+        patterns.append(route)
+    if bare:  # an app's routes are not included where this looks
+        return False
+    urls.urlpatterns = patterns  # type: ignore[attr-defined]
     for name in ("handler400", "handler403", "handler404", "handler500"):
         setattr(urls, name, getattr(project, name))
     sys.modules[urls.__name__] = urls
