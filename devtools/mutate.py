@@ -1593,6 +1593,17 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "gateway-failed-trial-closes",
+        "the one call let through after the pause closes the breaker even when the gateway did not answer it",
+        "payments/boundary.py",
+        "Boundary._record",
+        "breaker.failures += 1",
+        "breaker.failures = 0 if trial else breaker.failures + 1",
+        (
+            "payments/tests/test_gateway_boundary.py::test_after_repeated_failures_the_gateway_is_not_asked_and_then_tried_again",
+        ),
+    ),
+    Mutation(
         "gateway-no-bulkhead",
         "a process sends any number of calls to a stalled gateway at once (no bulkhead)",
         "payments/boundary.py",

@@ -68,15 +68,25 @@ def test_after_repeated_failures_the_gateway_is_not_asked_and_then_tried_again(f
 
     assert status_requests(fake) == asked  # answered at once: nothing sent
     assert 1 <= refused.value.retry_after <= 30
-    # The period passes (the boundary's clock moved on); the gateway answers again: one trial call closes it.
-    fake.stalled.clear()
-    fake.pay(gateway_order_id="42-a", gross_amount="10.00")
+    # The period passes (the boundary's clock moved on) with the gateway still dead: the one trial call is sent, fails,
+    # and the breaker stops asking for another period.
     guard = boundary.boundary()
     now = guard.clock()
     guard.clock = lambda: now + 31
+    with pytest.raises(GatewayUnavailable):
+        gw.status_get(gateway_order_id="42-a")
+    assert status_requests(fake) == asked + 1
+    with pytest.raises(GatewayUnavailable, match="3 times in a row; not asking it for 30 s") as refused:
+        gw.status_get(gateway_order_id="42-a")
+    assert status_requests(fake) == asked + 1  # answered at once: nothing sent
+    assert refused.value.retry_after == 30
+    # Another period; the gateway answers again: one trial call closes it.
+    fake.stalled.clear()
+    fake.pay(gateway_order_id="42-a", gross_amount="10.00")
+    guard.clock = lambda: now + 62
     assert gw.status_get(gateway_order_id="42-a") is not None
     assert gw.status_get(gateway_order_id="42-a") is not None
-    assert status_requests(fake) == asked + 2
+    assert status_requests(fake) == asked + 3
 
 
 def test_control_without_the_breaker_every_call_waits_for_the_dead_gateway(fake, settings):

@@ -241,3 +241,23 @@ def test_the_lock_order_of_a_multi_product_order_depends_on_its_stock_rows():
     assert "whose products each have one stock row locks those rows in one ascending" in locking
     assert "an order with a bucketed product\ntakes its products one by one" in locking
     assert "An order with a bucketed product takes step 1" in (DOCS / "strategies.md").read_text()
+
+
+def test_the_benchmarks_time_the_default_strategy_only() -> None:
+    """docs/strategies.md#measured: no benchmark names a strategy, so make bench's products keep the column's
+    default, guarded_update."""
+    from inventory.models import InventoryStrategy, Product
+
+    field = Product._meta.get_field("inventory_strategy")
+    assert field.default == field.db_default.value == InventoryStrategy.GUARDED_UPDATE
+    naming = [
+        str(path.relative_to(ROOT))
+        for path in [
+            *(ROOT / "bench").glob("*.py"),
+            ROOT / "devtools" / "djangoctl.py",  # the bench's products and customers
+            ROOT / "skincare" / "demo.py",  # the demo data flash_sale_setup starts from
+            ROOT / "backoffice" / "management" / "commands" / "flash_sale_setup.py",  # the hot product
+        ]
+        if re.search(r"inventory_strategy|\bstrategy=", path.read_text())
+    ]
+    assert naming == [], f"a benchmark names a strategy: {naming}; docs/strategies.md#measured says none does"
