@@ -18,7 +18,7 @@ from typing import Any
 from bench import floor
 from bench.pgbench import prepare, run_pgbench
 from bench.scripts import seed_script, service_script
-from bench.seeding import set_hot_buckets
+from bench.seeding import JOIN_TOKENS, set_hot_buckets
 from bench.wrk import run_wrk
 from devtools.processes import PY, ROOT, Gunicorn, django_env, log
 
@@ -38,6 +38,7 @@ class Cell:
 
 HEALTHZ, PRODUCT, SOLD_OUT = "HTTP GET /healthz", "HTTP product GET", "HTTP sold-out checkout (409)"
 POLL, POLL_UNSIGNED = "HTTP queue poll, signed pass", "HTTP queue poll, no signed pass"
+JOIN = "HTTP queue join (a new pass, 201), each a customer new to the workers"
 HOT, SPREAD = "HTTP checkout, hot product", "HTTP checkout, spread over 1,000 products"
 FLOOR_HOT, FLOOR_SPREAD = "HTTP framework floor, hot", "HTTP framework floor, spread"
 SEED_HOT, SEED_SPREAD = "pgbench, the seed's transaction, hot", "pgbench, the seed's transaction, spread"
@@ -60,6 +61,7 @@ CELLS = [
     Cell(SOLD_OUT, HEALTHZ, "service", "soldout"),
     Cell(POLL, HEALTHZ, "service", "queue_poll"),  # a waiting pass's poll, answered from the signed pass
     Cell(POLL_UNSIGNED, HEALTHZ, "service", "queue_poll_unsigned"),  # the same poll read from the database
+    Cell(JOIN, HEALTHZ, "service", "queue_join"),  # each a customer's first join in the round (bench.seeding)
     Cell(HOT, FLOOR_HOT, "service", "hot"),
     Cell(SPREAD, FLOOR_SPREAD, "service", "spread"),
     Cell(FLOOR_HOT, SEED_HOT, "floor", "hot"),
@@ -108,8 +110,9 @@ def _http_group(ctx: Context, server_name: str, cells: list[Cell], record: Calla
         run_wrk(server.base, "spread" if server_name != "floor" else "hot", duration=2,
                 connections=ctx.connections, tokens_file=ctx.tokens_file)  # fmt: skip  # warm-up
         for cell in cells:
+            tokens = JOIN_TOKENS if cell.mode == "queue_join" else ctx.tokens_file
             record(cell, run_wrk(server.base, cell.mode, duration=ctx.duration, connections=ctx.connections,
-                                 tokens_file=ctx.tokens_file, workers=server.worker_pids()))  # fmt: skip
+                                 tokens_file=tokens, workers=server.worker_pids()))  # fmt: skip
     finally:
         errors = server.errors_in_log()
         server.stop()

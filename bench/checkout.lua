@@ -1,9 +1,10 @@
 -- wrk script of the HTTP cells (bench/wrk.py). Environment:
---   BENCH_MODE   hot | spread | multi | soldout | healthz | product | queue_poll | queue_poll_unsigned
---   BENCH_TOKENS file with one customer token per line (Bearer auth)
+--   BENCH_MODE   hot | spread | multi | soldout | healthz | product | queue_poll | queue_poll_unsigned | queue_join
+--   BENCH_TOKENS file with one customer token per line (Bearer auth); queue_join takes them in order, each once
+--                until the file is used up
 --   BENCH_PASSES file with one waiting pass per line: "<customer token> <pass id> <signed pass>" (the queue polls:
 --                GET /v1/queue/passes/<id> as its customer, queue_poll with the signed pass in Queue-Pass)
---   BENCH_PRODUCT           product id for hot / soldout / product
+--   BENCH_PRODUCT           product id for hot / soldout / product / queue_join
 --   BENCH_SPREAD_FIRST, BENCH_SPREAD_COUNT   the spread product ids
 --   BENCH_CART   products per multi-item cart (default 3)
 -- done() prints one line "BENCH_JSON {...}" with counts by status and latency percentiles (microseconds). 409s and
@@ -58,6 +59,9 @@ function request()
     return wrk.format("GET", "/healthz")
   elseif mode == "product" then
     return wrk.format("GET", "/v1/products/" .. hot)
+  elseif mode == "queue_join" then
+    local token = tokens[(n - 1) % #tokens + 1]
+    return wrk.format("POST", "/v1/products/" .. hot .. "/queue", { ["Authorization"] = "Bearer " .. token })
   elseif #passes > 0 then
     local p = passes[(n * 7 + tid * 13) % #passes + 1]
     local headers = { ["Authorization"] = "Bearer " .. p.token }

@@ -497,10 +497,10 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         "checkout": "in-process checkout, one unit",
         "queue_poll": "in-process queue poll, signed pass",
         "queue_poll_unsigned": "in-process queue poll, no signed pass",
-        "queue_join": "in-process queue join (a new pass, 201)",
+        "queue_join": "in-process queue join (a new pass, 201), the token remembered",
         "checkout_sold_out_bare": "in-process sold-out checkout (409), its view without DRF's dispatch",
         "queue_poll_bare": "in-process queue poll, signed pass, its view without DRF's dispatch",
-        "queue_join_bare": "in-process queue join, its view without DRF's dispatch",
+        "queue_join_bare": "in-process queue join (a new pass, 201), the token remembered, its view without DRF's dispatch",
     }
     return [
         {

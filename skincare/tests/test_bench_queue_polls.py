@@ -1,6 +1,7 @@
-"""The HTTP queue-poll cells (bench.cells): the seed's waiting passes and bench/checkout.lua's ``queue_poll`` modes,
-run by wrk as the bench runs them, against gunicorn on the test database. Every poll is a 200 with a waiting pass, an
-advance admits nobody, and any other answer (a forged signed pass's 403, an admitted pass's 200) counts as an error."""
+"""The HTTP queue cells (bench.cells): the seed's waiting passes and bench/checkout.lua's ``queue_poll`` modes, and
+its ``queue_join`` mode, run by wrk as the bench runs them, against gunicorn on the test database. Every poll is a 200
+with a waiting pass, an advance admits nobody, and any other answer (a forged signed pass's 403, an admitted pass's
+200) counts as an error; every join is a customer's first in the workers (201), and a second (200) is an error."""
 
 import json
 
@@ -74,3 +75,26 @@ def test_a_poll_answered_with_anything_but_a_waiting_pass_is_an_error(bench_file
     admitted = _wrk(web, "queue_poll_unsigned", tokens, passes)  # 200, but an admitted pass
 
     assert admitted["requests"] > 0 and admitted["errors"] == admitted["requests"] and admitted["per_s"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_join_is_a_customers_first_and_answered_201(bench_files, web, tmp_path):
+    _tokens, passes = bench_files
+    joiners_json, joiners = tmp_path / "joiners.json", tmp_path / "joiners.txt"
+    djangoctl.tokens(5000, "join-bench", str(joiners_json))  # more than 1 s of joins on two connections
+    joiners.write_text("\n".join(json.loads(joiners_json.read_text())) + "\n")
+
+    cell = _wrk(web, "queue_join", joiners, passes)
+
+    assert 0 < cell["requests"] < 5000 and cell["per_s"] > 0 and cell["python_cpu_ms"] > 0, cell
+    assert cell["errors"] == 0, cell
+
+
+@pytest.mark.django_db(transaction=True)
+def test_control_a_join_by_a_customer_the_workers_answered_before_is_an_error(bench_files, web):
+    tokens, passes = bench_files  # three customers: after each worker's first join of each, every join is a 200
+
+    cell = _wrk(web, "queue_join", tokens, passes)
+
+    assert cell["requests"] > 6 and cell["per_s"] * cell["seconds"] <= 6, cell  # at most 3 customers x 2 workers
+    assert cell["errors"] >= cell["requests"] - 6, cell
