@@ -521,19 +521,24 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def text_table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
     """Scenario by scenario: each side's Python and PostgreSQL CPU per request, and the ratio of the first side's
-    Python CPU to the second's (when there are two)."""
+    Python CPU to the second's (when there are two). A scenario one side's tree cannot run (an older commit without
+    it) is named under the table, not compared."""
     sides = list(results)
     head = ["scenario"] + [f"{side}: Python / PostgreSQL ms" for side in sides]
     if len(sides) == 2:
         head.append(f"Python {sides[0]} ÷ {sides[1]}")
     lines = [" | ".join(head)]
-    for name in results[sides[0]]:
+    names = [name for name in results[sides[0]] if all(name in results[s] for s in sides)]
+    for name in names:
         cells = [name] + [
             f"{results[s][name]['python_cpu_ms']:.3f} / {results[s][name]['pg_cpu_ms']:.3f}" for s in sides
         ]
         if len(sides) == 2:
             cells.append(f"{results[sides[0]][name]['python_cpu_ms'] / results[sides[1]][name]['python_cpu_ms']:.2f}")
         lines.append(" | ".join(cells))
+    missing = sorted({name for side in sides for name in results[side]} - set(names))
+    if missing:
+        lines.append(f"not run by every side: {', '.join(missing)}")
     return "\n".join(lines)
 
 

@@ -76,6 +76,17 @@ def test_an_ab_combines_each_sides_runs_by_their_median_and_gives_the_ratio():
     assert cpu.text_table(combined).splitlines()[1] == "checkout | 1.200 / 0.500 | 1.500 / 0.500 | 0.80"
 
 
+def test_an_ab_against_a_tree_without_a_scenario_compares_the_others_and_names_it():
+    results = {"this tree": {"checkout": {"python_cpu_ms": 1.2, "pg_cpu_ms": 0.5},
+                             "queue_join_bare": {"python_cpu_ms": 0.3, "pg_cpu_ms": 0.0}},
+               "ref": {"checkout": {"python_cpu_ms": 1.5, "pg_cpu_ms": 0.5}}}  # fmt: skip
+
+    assert cpu.text_table(results).splitlines()[1:] == [
+        "checkout | 1.200 / 0.500 | 1.500 / 0.500 | 0.80",
+        "not run by every side: queue_join_bare",
+    ]
+
+
 @pytest.mark.django_db
 def test_the_in_process_rounds_interleave_the_scenarios_and_clean_up_after_each_round():
     calls: list[str] = []
