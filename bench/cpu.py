@@ -51,9 +51,9 @@ SCENARIOS = (
     "queue_poll_bare",
     "queue_join_bare",
 )
-# The scenarios that call an endpoint's own view method from a plain Django view (:func:`_bare_views`), each beside
-# the scenario it strips: what the endpoint costs without DRF's dispatch, request and rendering.
-BARE = {"checkout_sold_out_bare": "checkout_sold_out", "queue_poll_bare": "queue_poll", "queue_join_bare": "queue_join"}
+# The scenarios that call an endpoint's own view method from a plain Django view (:func:`_bare_views`), each named
+# after the scenario it strips: what the endpoint costs without DRF's dispatch, request and rendering.
+BARE = ("checkout_sold_out_bare", "queue_poll_bare", "queue_join_bare")
 # Where those plain views are routed: under /v1/, so the middleware treats them as the API (skincare.middleware).
 BARE_PREFIX = "v1/bench-bare/"
 CUSTOMER = "cpu-bench-customer"
