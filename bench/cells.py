@@ -53,12 +53,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "health checks": {"extra_env": {"DJANGO_SETTINGS_MODULE": "bench.health_checks_settings"}},
     "no sold-out memory": {"extra_env": {"SOLD_OUT_CACHE_MS": "0"}},
     "sync": {"worker_class": "sync", "threads": 1},
+    # Production's choice, with a limit no run reaches: the sold-out refusal as production serves it.
+    "rate limit on": {"extra_env": {"CHECKOUT_RATE_LIMIT": "100000000/minute"}},
 }
 
 CELLS = [
     Cell(HEALTHZ, None, "service", "healthz"),
     Cell(PRODUCT, HEALTHZ, "service", "product"),
     Cell(SOLD_OUT, HEALTHZ, "service", "soldout"),
+    Cell("HTTP sold-out checkout (409), rate limit on", HEALTHZ, "rate limit on", "soldout"),
     Cell(POLL, HEALTHZ, "service", "queue_poll"),  # a waiting pass's poll, answered from the signed pass
     Cell(POLL_UNSIGNED, HEALTHZ, "service", "queue_poll_unsigned"),  # the same poll read from the database
     Cell(JOIN, HEALTHZ, "service", "queue_join"),  # each a customer's first join in the round (bench.seeding)

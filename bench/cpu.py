@@ -13,9 +13,9 @@ every answer's status is checked. Each scenario is warmed up, then timed in roun
 ``time.process_time()`` (this process's CPU, user + system); rounds of the scenarios are interleaved, their order
 rotated every round, so a burst of noise spreads over all of them. The PostgreSQL backend serving the worker's one
 connection is read from /proc over each round too (its CPU per request). Reported: the median over the rounds.
-The sold-out refusal, the signed poll and the join run once more through a plain Django view that calls their
-views' own methods (``_bare``, routed under ``BARE_PREFIX`` by a URLconf made in the worker): the same work without
-DRF's dispatch, so each pair of scenarios prices the framework.
+The sold-out refusal, the signed poll and the join run once more through DRF's own dispatch in front of the same view
+methods (``through_drf``, routed under ``DRF_PREFIX`` by a URLconf made in the worker), so each pair of scenarios
+prices the project's pipeline against DRF's request handling.
 After every checkout round the worker cancels its pending orders through the API (untimed); ``manage.py
 audit_inventory`` must pass at the end.
 
@@ -47,15 +47,15 @@ SCENARIOS = (
     "queue_poll",
     "queue_poll_unsigned",
     "queue_join",
-    "checkout_sold_out_bare",
-    "queue_poll_bare",
-    "queue_join_bare",
+    "checkout_sold_out_drf",
+    "queue_poll_drf",
+    "queue_join_drf",
 )
-# The scenarios that call an endpoint's own view method from a plain Django view (:func:`_bare_views`), each named
-# after the scenario it strips: what the endpoint costs without DRF's dispatch, request and rendering.
-BARE = ("checkout_sold_out_bare", "queue_poll_bare", "queue_join_bare")
+# The scenarios that serve an endpoint through DRF's own dispatch (:func:`_drf_views`), each named after the scenario
+# it repeats: what the endpoint would cost without the project's pipeline.
+THROUGH_DRF = ("checkout_sold_out_drf", "queue_poll_drf", "queue_join_drf")
 # Where those plain views are routed: under /v1/, so the middleware treats them as the API (skincare.middleware).
-BARE_PREFIX = "v1/bench-bare/"
+DRF_PREFIX = "v1/bench-drf/"
 CUSTOMER = "cpu-bench-customer"
 SKUS = {
     "stock": ("cpu-bench-stock", 10_000_000),
@@ -142,19 +142,22 @@ def _request(
     return call
 
 
-def _rate_limited(call: Callable[[], bytes]) -> Callable[[], bytes]:
-    """``call`` with ``CHECKOUT_RATE_LIMIT`` on (:data:`RATE_LIMIT`), as production serves a checkout."""
+def _rate_limited(call: Callable[[], bytes]) -> tuple[Callable[[], bytes], Callable[[], None]]:
+    """``call`` with ``CHECKOUT_RATE_LIMIT`` on (:data:`RATE_LIMIT`), as production serves a checkout, and what turns
+    it off again after the scenario's round: the setting is switched once per round, outside the requests' figure."""
     from django.conf import settings
 
-    def limited() -> bytes:
-        before = settings.CHECKOUT_RATE_LIMIT
-        settings.CHECKOUT_RATE_LIMIT = RATE_LIMIT
-        try:
-            return call()
-        finally:
-            settings.CHECKOUT_RATE_LIMIT = before
+    before = settings.CHECKOUT_RATE_LIMIT
 
-    return limited
+    def limited() -> bytes:
+        if settings.CHECKOUT_RATE_LIMIT != RATE_LIMIT:  # the round's first request
+            settings.CHECKOUT_RATE_LIMIT = RATE_LIMIT
+        return call()
+
+    def off() -> None:
+        settings.CHECKOUT_RATE_LIMIT = before
+
+    return limited, off
 
 
 def _backend_cpu() -> float:
@@ -169,46 +172,44 @@ def _backend_cpu() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _bare(view_class: Any, method: str) -> Callable[..., Any]:
-    """A plain Django view that calls ``view_class``'s own ``method`` (the endpoint's work: its checks, its services,
-    its answer) with what DRF's dispatch would have given it, and nothing else: the bearer token's user, the JSON
-    body, any error answered by the API's one exception handler, the answer written by the API's JSON renderer and
-    counted on /metrics as the view's class counts it. Not a second pipeline: the benchmark's measure of what a
-    pipeline of the project's own could at best save (it reads no other header, negotiates nothing)."""
-    from django.http import HttpResponse
-    from django.views.decorators.csrf import csrf_exempt
+def through_drf(view_class: Any) -> Callable[..., Any]:
+    """``view_class`` served by DRF's own request handling instead of the project's pipeline: DRF's ``Request``,
+    content negotiation, authentication and permission steps and ``finalize_response``, in front of the same view
+    methods, errors answered by the API's one exception handler and every answer counted on /metrics as the endpoint
+    counts it. Not a second path of the service: the benchmark's measure of what the decision for a pipeline of the
+    project's own (``skincare.apiview.ApiView.dispatch``) saves on each request."""
+    from django.views import View
+    from rest_framework.views import APIView
 
-    from skincare.api import JSONRenderer, bearer_token_user, exception_handler
+    from skincare.api import exception_handler
 
-    render = JSONRenderer().render
-
-    @csrf_exempt
-    def view(request: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        instance = view_class()
-        try:
-            request.user = bearer_token_user(request.META)
-            request.data = json.loads(request.body) if request.body else {}
-            answer = getattr(instance, method)(request, **kwargs)
-        except Exception as exc:
-            answer = exception_handler(exc, {"view": instance})
-        response = HttpResponse(render(answer.data), status=answer.status_code, content_type="application/json")
-        for name, value in answer.items():
-            if name != "Content-Type":
-                response[name] = value
-        response.cookies = answer.cookies
-        if hasattr(instance, "count_answer"):
-            instance.count_answer(started, instance.outcome(answer))
+        response = APIView.dispatch(self, request, *args, **kwargs)
+        if hasattr(self, "count_answer"):
+            self.count_answer(started, self.outcome(response))
         return response
 
-    return view
+    def initialize_request(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+        drf_request = APIView.initialize_request(self, request, *args, **kwargs)
+        drf_request.http = request  # what the views read as skincare.api.ApiRequest.http
+        return drf_request
+
+    attributes = {
+        "setup": View.setup,  # Django's own (HEAD answered by get, as DRF expects)
+        "dispatch": dispatch,
+        "initialize_request": initialize_request,
+        "get_exception_handler": lambda self: exception_handler,
+    }
+    attributes["__doc__"] = view_class.__doc__  # its name and description, as OPTIONS shows them
+    return type(view_class.__name__, (view_class,), attributes).as_view()
 
 
-def _bare_views() -> bool:
-    """Route :data:`BARE_PREFIX` + the refusal's, the signed poll's and the join's paths to :func:`_bare` views of
-    their endpoints, in a URLconf module made here: the project's routes, with each app's bare routes just before
-    the app's own, so a bare path is resolved through as many routes as its endpoint's path. False in a tree whose
-    views are not where this looks (an A/B's older side)."""
+def _drf_views() -> bool:
+    """Route :data:`DRF_PREFIX` + the refusal's, the signed poll's and the join's paths to their endpoints served
+    through DRF's dispatch (:func:`through_drf`), in a URLconf module made here: the project's routes, with each
+    app's DRF routes just before the app's own, so such a path is resolved through as many routes as its endpoint's
+    path. False in a tree whose views are not where this looks (an A/B's older side)."""
     import importlib
     import types
 
@@ -220,22 +221,22 @@ def _bare_views() -> bool:
         from waitingroom.api import QueueApi, QueuePassApi
     except ImportError:
         return False
-    bare = {
-        "checkout.urls": [path("checkout", _bare(CheckoutApi, "post"))],
+    routed = {
+        "checkout.urls": [path("checkout", through_drf(CheckoutApi))],
         "waitingroom.urls": [
-            path("products/<id:product_id>/queue", _bare(QueueApi, "post")),
-            path("queue/passes/<id:pass_id>", _bare(QueuePassApi, "get")),
+            path("products/<id:product_id>/queue", through_drf(QueueApi)),
+            path("queue/passes/<id:pass_id>", through_drf(QueuePassApi)),
         ],
     }
     project = importlib.import_module(settings.ROOT_URLCONF)
-    urls = types.ModuleType("bench_bare_urls")
+    urls = types.ModuleType("bench_drf_urls")
     patterns: list[Any] = []
     for route in project.urlpatterns:
         app = getattr(getattr(route, "urlconf_name", None), "__name__", None)  # an included module's name
-        if app in bare:
-            patterns.append(path(BARE_PREFIX, include(bare.pop(app))))
+        if app in routed:
+            patterns.append(path(DRF_PREFIX, include(routed.pop(app))))
         patterns.append(route)
-    if bare:  # an app's routes are not included where this looks
+    if routed:  # an app's routes are not included where this looks
         return False
     urls.urlpatterns = patterns  # type: ignore[attr-defined]
     for name in ("handler400", "handler403", "handler404", "handler500"):
@@ -280,8 +281,8 @@ def _queue_polls(handler: Any, token: str) -> dict[str, Callable[[], bytes]]:
     return {
         "queue_poll": _request(handler, "GET", path, 200, token=token, headers=header),
         "queue_poll_unsigned": _request(handler, "GET", path, 200, token=token),
-        "queue_poll_bare": _request(
-            handler, "GET", f"/{BARE_PREFIX}{path.removeprefix('/v1/')}", 200, token=token, headers=header
+        "queue_poll_drf": _request(
+            handler, "GET", f"/{DRF_PREFIX}{path.removeprefix('/v1/')}", 200, token=token, headers=header
         ),
     }
 
@@ -397,7 +398,7 @@ def worker(rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()) 
     call_command("issue_token", CUSTOMER, stdout=out)
     token = out.getvalue().strip()
     stock, sold_out = _product("stock"), _product("sold_out")
-    bare = _bare_views()
+    drf_routed = _drf_views()
     handler = WSGIHandler()
 
     def body(pid: int) -> bytes:
@@ -409,24 +410,23 @@ def worker(rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()) 
             _request(handler, "POST", f"/v1/orders/{order_id}/cancel", 200, token=token)()
 
     cancel_pending()
+    limited, limit_off = _rate_limited(_request(handler, "POST", "/v1/checkout", 409, body(sold_out), token))
     callables: dict[str, Callable[[], object]] = {
         "healthz": _request(handler, "GET", "/healthz", 200),
         "product_get": _request(handler, "GET", f"/v1/products/{stock}", 200),
         "checkout_sold_out": _request(handler, "POST", "/v1/checkout", 409, body(sold_out), token),
-        "checkout_sold_out_limited": _rate_limited(
-            _request(handler, "POST", "/v1/checkout", 409, body(sold_out), token)
-        ),
+        "checkout_sold_out_limited": limited,
         "checkout": _request(handler, "POST", "/v1/checkout", 201, body(stock), token),
-        "checkout_sold_out_bare": _request(handler, "POST", f"/{BARE_PREFIX}checkout", 409, body(sold_out), token),
+        "checkout_sold_out_drf": _request(handler, "POST", f"/{DRF_PREFIX}checkout", 409, body(sold_out), token),
         **_queue_polls(handler, token),
     }
     clear_joins: dict[str, Callable[[], object]] = {}
-    for name, prefix in (("queue_join", "/v1/"), ("queue_join_bare", f"/{BARE_PREFIX}")):
+    for name, prefix in (("queue_join", "/v1/"), ("queue_join_drf", f"/{DRF_PREFIX}")):
         joins, clear = _queue_joins(handler, max(requests, warmup), name=name, prefix=prefix)  # each a new pass
         callables.update(joins)
         clear_joins.update(clear)
-    if not bare:
-        callables = {name: call for name, call in callables.items() if name not in BARE}
+    if not drf_routed:
+        callables = {name: call for name, call in callables.items() if name not in THROUGH_DRF}
     try:
         if only:
             callables = {name: call for name, call in callables.items() if name in only or name == "healthz"}
@@ -435,7 +435,7 @@ def worker(rounds: int, requests: int, warmup: int, only: tuple[str, ...] = ()) 
             rounds=rounds,
             requests=requests,
             warmup=warmup,
-            after_round={"checkout": cancel_pending, **clear_joins},
+            after_round={"checkout": cancel_pending, "checkout_sold_out_limited": limit_off, **clear_joins},
         )
     finally:
         cancel_pending()
@@ -498,14 +498,16 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         "queue_poll": "in-process queue poll, signed pass",
         "queue_poll_unsigned": "in-process queue poll, no signed pass",
         "queue_join": "in-process queue join (a new pass, 201), the token remembered",
-        "checkout_sold_out_bare": "in-process sold-out checkout (409), its view without DRF's dispatch",
-        "queue_poll_bare": "in-process queue poll, signed pass, its view without DRF's dispatch",
-        "queue_join_bare": "in-process queue join (a new pass, 201), the token remembered, its view without DRF's dispatch",
+        "checkout_sold_out_drf": "in-process sold-out checkout (409), through DRF's dispatch",
+        "queue_poll_drf": "in-process queue poll, signed pass, through DRF's dispatch",
+        "queue_join_drf": "in-process queue join (a new pass, 201), the token remembered, through DRF's dispatch",
     }
+    # A row through DRF's dispatch is the decision undone: compared with the same request through the pipeline.
+    baselines = {name: name.removesuffix("_drf") for name in THROUGH_DRF}
     return [
         {
             "row": labels[name],
-            "baseline": None if name == "healthz" else labels["healthz"],
+            "baseline": None if name == "healthz" else labels[baselines.get(name, "healthz")],
             "per_s": None,
             "p99_ms": None,
             "python_cpu_ms": r["python_cpu_ms"],

@@ -5,15 +5,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from rest_framework.request import Request
-from rest_framework.response import Response
 
 from carts import schemas, selectors, services
 from carts.exceptions import CartExpired, CartNotFound
 from carts.models import Cart
 from carts.selectors import CartView
 from skincare import validation
-from skincare.api import authenticated_customer
+from skincare.api import ApiRequest, ApiResponse, authenticated_customer
 from skincare.apiview import ApiView
 from skincare.timestamps import utc_z
 
@@ -49,32 +47,32 @@ def cart_data(cart: CartView) -> dict[str, Any]:
     }
 
 
-def cart_items(request: Request) -> list[tuple[int, int]]:
+def cart_items(request: ApiRequest) -> list[tuple[int, int]]:
     """The body of a create or replace: exactly the checkout's ``{"items": [...]}`` (shape and types, else 400)."""
     return validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
 
 
 class CartCreateApi(ApiView):
     @schemas.CART_CREATE
-    def post(self, request: Request) -> Response:
+    def post(self, request: ApiRequest) -> ApiResponse:
         cart = services.cart_create(customer=authenticated_customer(request), items=cart_items(request))
-        return Response(cart_data(cart), status=201)
+        return ApiResponse(cart_data(cart), status=201)
 
 
 class CartDetailApi(ApiView):
     @schemas.CART_DETAIL
-    def get(self, request: Request, cart_id: str) -> Response:
+    def get(self, request: ApiRequest, cart_id: str) -> ApiResponse:
         parsed = parse_cart_id(cart_id)
         cart = selectors.cart_get_for_customer(cart_id=parsed, customer=authenticated_customer(request))
         if cart is None:
             raise CartNotFound(cart_id=str(parsed))
         if cart.status == Cart.Status.OPEN and cart.expired:
             raise CartExpired(cart_id=str(parsed))
-        return Response(cart_data(cart))
+        return ApiResponse(cart_data(cart))
 
     @schemas.CART_REPLACE
-    def put(self, request: Request, cart_id: str) -> Response:
+    def put(self, request: ApiRequest, cart_id: str) -> ApiResponse:
         parsed = parse_cart_id(cart_id)
         items = cart_items(request)
         cart = services.cart_replace(customer=authenticated_customer(request), cart_id=parsed, items=items)
-        return Response(cart_data(cart))
+        return ApiResponse(cart_data(cart))

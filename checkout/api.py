@@ -9,8 +9,6 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from rest_framework.request import Request
-from rest_framework.response import Response
 
 from carts.api import parse_cart_id
 from checkout import schemas
@@ -22,7 +20,7 @@ from orders.selectors import OrderView
 from payments import sessions
 from payments.sessions import payment_url
 from skincare import metrics, validation
-from skincare.api import authenticated_customer
+from skincare.api import ApiRequest, ApiResponse, authenticated_customer
 from skincare.apiview import ApiView
 from skincare.errors import InvalidInput
 from skincare.metrics import OutcomeCountingMixin
@@ -30,7 +28,7 @@ from skincare.metrics import OutcomeCountingMixin
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 
 
-def idempotency_key(request: Request) -> str | None:
+def idempotency_key(request: ApiRequest) -> str | None:
     """The ``Idempotency-Key`` header: absent → None; else 1 to 255 printable ASCII characters, or 400."""
     key = request.headers.get(IDEMPOTENCY_KEY_HEADER)
     if key is None:
@@ -56,14 +54,14 @@ def order_data(request: HttpRequest, order: OrderView) -> dict[str, Any]:
     return {**order.to_json(), "payment_url": payment_url(request, order)}
 
 
-def placed_response(request: Request, placed: Placed) -> Response:
+def placed_response(request: ApiRequest, placed: Placed) -> ApiResponse:
     """The answer of a checkout: 201 with the order, or a stored refusal as it was stored;
     ``Idempotent-Replayed: true`` on a replay of a key's answer."""
     headers = {"Idempotent-Replayed": "true"} if placed.replayed else None
     if placed.refusal is not None:
-        return Response(placed.refusal.body, status=placed.refusal.http_status, headers=headers)
+        return ApiResponse(placed.refusal.body, status=placed.refusal.http_status, headers=headers)
     assert placed.order is not None  # a checkout answers with an order or a refusal
-    return Response(order_data(request, placed.order), status=201, headers=headers)
+    return ApiResponse(order_data(request.http, placed.order), status=201, headers=headers)
 
 
 class CheckoutEndpoint(OutcomeCountingMixin, ApiView):
@@ -79,7 +77,7 @@ class CheckoutApi(CheckoutEndpoint):
     """``POST /v1/checkout``."""
 
     @schemas.CHECKOUT
-    def post(self, request: Request) -> Response:
+    def post(self, request: ApiRequest) -> ApiResponse:
         key = idempotency_key(request)
         items = validation.checkout_items(request.data, max_items=settings.CHECKOUT_MAX_ITEMS)
         quantities = validation.merge_quantities(items, max_qty=settings.CHECKOUT_MAX_QTY)
@@ -97,7 +95,7 @@ class CartCheckoutApi(CheckoutEndpoint):
     body."""
 
     @schemas.CART_CHECKOUT
-    def post(self, request: Request, cart_id: str) -> Response:
+    def post(self, request: ApiRequest, cart_id: str) -> ApiResponse:
         parsed = parse_cart_id(cart_id)
         key = idempotency_key(request)
         # No body: the key's fingerprint names the cart, so one key cannot replay another cart's answer.
@@ -112,20 +110,20 @@ class CartCheckoutApi(CheckoutEndpoint):
 
 class OrderDetailApi(ApiView):
     @schemas.ORDER_DETAIL
-    def get(self, request: Request, order_id: int) -> Response:
+    def get(self, request: ApiRequest, order_id: int) -> ApiResponse:
         order = selectors.order_get_for_customer(order_id=order_id, customer=authenticated_customer(request))
         if order is None:
             raise OrderNotFound(order_id=order_id)
-        return Response(order_data(request, order))
+        return ApiResponse(order_data(request.http, order))
 
 
 class OrderCancelApi(ApiView):
     @schemas.ORDER_CANCEL
-    def post(self, request: Request, order_id: int) -> Response:
+    def post(self, request: ApiRequest, order_id: int) -> ApiResponse:
         customer = authenticated_customer(request)
         services.order_cancel(order_id=order_id, customer=customer)
         sessions.session_close_after_cancel(order_id=order_id)  # committed: now the gateway, outside any transaction
         order = selectors.order_get_for_customer(order_id=order_id, customer=customer)
         if order is None:  # cancelled a moment ago, so only a concurrent deletion could get here
             raise OrderNotFound(order_id=order_id)
-        return Response(order_data(request, order))
+        return ApiResponse(order_data(request.http, order))

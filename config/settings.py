@@ -261,8 +261,6 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["skincare.api.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["skincare.api.JSONParser"],
-    "EXCEPTION_HANDLER": "skincare.api.exception_handler",
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "skincare.api.JsonOnlyNegotiation",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }

@@ -5,12 +5,11 @@ from typing import Any
 
 from django.conf import settings
 from rest_framework.permissions import AllowAny
-from rest_framework.request import Request
-from rest_framework.response import Response
 
 from inventory import schemas, selectors
 from inventory.exceptions import ProductNotFound
 from inventory.selectors import ProductView
+from skincare.api import ApiRequest, ApiResponse
 from skincare.apiview import ApiView
 
 
@@ -33,26 +32,21 @@ def product_data(product: ProductView) -> dict[str, Any]:
 
 
 class PublicApiView(ApiView):
-    """A public read: no authentication classes, so DRF's per-request authentication step has nothing to evaluate
-    and is skipped (``request.user`` stays lazy, DRF's documented way; the view never reads it). The OpenAPI
-    description is unchanged: it is built from these same two attributes."""
+    """A public read: no authentication classes (the user is None), every request allowed."""
 
     authentication_classes = []
     permission_classes = [AllowAny]
 
-    def perform_authentication(self, request: Request) -> None:
-        pass
-
 
 class ProductListApi(PublicApiView):
     @schemas.PRODUCT_LIST
-    def get(self, request: Request) -> Response:
-        return Response({"products": [product_data(p) for p in selectors.product_list()]})
+    def get(self, request: ApiRequest) -> ApiResponse:
+        return ApiResponse({"products": [product_data(p) for p in selectors.product_list()]})
 
 
 class ProductDetailApi(PublicApiView):
     @schemas.PRODUCT_DETAIL
-    def get(self, request: Request, product_id: int) -> Response:
+    def get(self, request: ApiRequest, product_id: int) -> ApiResponse:
         product = selectors.product_get_recent(product_id=product_id)
         if product is None:
             raise ProductNotFound(product_id=product_id)
@@ -64,5 +58,5 @@ class ProductDetailApi(PublicApiView):
         max_age = settings.PRODUCT_READ_MAX_AGE_SECONDS
         headers = {"ETag": etag, "Cache-Control": f"public, max-age={max_age}" if max_age else "no-cache"}
         if etag in request.headers.get("If-None-Match", "").replace("W/", "").split(", "):
-            return Response(status=304, headers=headers)
-        return Response(data, headers=headers)
+            return ApiResponse(status=304, headers=headers)
+        return ApiResponse(data, headers=headers)

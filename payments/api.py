@@ -7,15 +7,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from rest_framework.permissions import AllowAny
-from rest_framework.request import Request
-from rest_framework.response import Response
 
 from payments import schemas, services, sessions, signing
 from payments.exceptions import GatewayUnavailable, PaymentPagesPaced
 from skincare import metrics, validation
+from skincare.api import ApiRequest, ApiResponse
 from skincare.apiview import ApiView
 from skincare.errors import InvalidInput
 from skincare.metrics import OutcomeCountingMixin
@@ -112,7 +111,7 @@ class PaymentWebhookApi(OutcomeCountingMixin, ApiView):
     permission_classes = [AllowAny]
 
     @schemas.WEBHOOK
-    def post(self, request: Request) -> Response:
+    def post(self, request: ApiRequest) -> ApiResponse:
         body = request.body
         signing.verify(
             header=request.headers.get("X-Signature"),
@@ -122,7 +121,7 @@ class PaymentWebhookApi(OutcomeCountingMixin, ApiView):
         )
         event = parse_webhook(request.data)
         outcome = services.payment_event_apply(payload=request.data, **event)
-        return Response({"status": outcome, "event_id": event["event_id"]})
+        return ApiResponse({"status": outcome, "event_id": event["event_id"]})
 
 
 class PaymentPageApi(OutcomeCountingMixin, ApiView):
@@ -142,17 +141,17 @@ class PaymentPageApi(OutcomeCountingMixin, ApiView):
     permission_classes = [AllowAny]
 
     @schemas.PAYMENT_PAGE
-    def get(self, request: Request, token: str) -> HttpResponse:
+    def get(self, request: ApiRequest, token: str) -> HttpResponse:
         link = sessions.link_claims(token)
         try:
             return HttpResponseRedirect(sessions.payment_session_open(link=link))
         except (PaymentPagesPaced, GatewayUnavailable) as exc:  # a wait: the reservation holds
             if "text/html" not in request.META.get("HTTP_ACCEPT", ""):
                 raise  # an API client: the JSON error with Retry-After
-            return page_that_waits(request, exc)
+            return page_that_waits(request.http, exc)
 
 
-def page_that_waits(request: Request, exc: PaymentPagesPaced | GatewayUnavailable) -> HttpResponse:
+def page_that_waits(request: HttpRequest, exc: PaymentPagesPaced | GatewayUnavailable) -> HttpResponse:
     """For a browser (it asked for HTML): the same 503 and ``Retry-After`` as a page that asks again by itself
     when the wait is over (``<meta http-equiv="refresh">``; at its turn to the millisecond where scripts run), so the
     buyer is sent on once the page is ready."""
@@ -180,11 +179,11 @@ class MidtransNotificationApi(OutcomeCountingMixin, ApiView):
     permission_classes = [AllowAny]
 
     @schemas.MIDTRANS_NOTIFICATION
-    def post(self, request: Request) -> Response:
+    def post(self, request: ApiRequest) -> ApiResponse:
         order_id, outcome = sessions.notification_apply(
             gateway_name="midtrans", body=request.body, headers=request.headers
         )
-        return Response({"status": outcome, "order_id": order_id})
+        return ApiResponse({"status": outcome, "order_id": order_id})
 
 
 class XenditNotificationApi(OutcomeCountingMixin, ApiView):
@@ -199,8 +198,8 @@ class XenditNotificationApi(OutcomeCountingMixin, ApiView):
     permission_classes = [AllowAny]
 
     @schemas.XENDIT_NOTIFICATION
-    def post(self, request: Request) -> Response:
+    def post(self, request: ApiRequest) -> ApiResponse:
         order_id, outcome = sessions.notification_apply(
             gateway_name="xendit", body=request.body, headers=request.headers
         )
-        return Response({"status": outcome, "order_id": order_id})
+        return ApiResponse({"status": outcome, "order_id": order_id})

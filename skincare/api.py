@@ -1,4 +1,6 @@
-"""API plumbing: Bearer-token auth, the one exception handler, the JSON parser and renderer.
+"""API plumbing: Bearer-token auth, what a view reads of a request (``ApiRequest``) and answers (``ApiResponse``),
+the one JSON parser and renderer, the one exception handler. The request path that uses them is
+``skincare.apiview.ApiView.dispatch``.
 
 Every error body is ``{"error": "<for humans>", "code": "<stable>", ...fields}`` (``skincare.errors.error_body``).
 Domain errors declare their own status, code, fields and headers (``skincare.errors.DomainError``), so this module
@@ -9,23 +11,21 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import IO, Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http.request import HttpHeaders
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import parsers, renderers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.compat import LONG_SEPARATORS, SHORT_SEPARATORS
-from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.parsers import BaseParser
-from rest_framework.renderers import BaseRenderer
-from rest_framework.request import Request
-from rest_framework.response import Response
+from rest_framework.request import is_form_media_type
 from rest_framework.utils import json as drf_json
+from rest_framework.utils.mediatypes import media_type_matches
 
 from skincare import metrics
 from skincare.db import is_busy, is_connection_failure, sqlstate
@@ -57,11 +57,11 @@ class BearerTokenAuthentication(BaseAuthentication):
 
     keyword = b"bearer"
 
-    def authenticate(self, request: Request) -> tuple[User, None] | None:
+    def authenticate(self, request: HttpRequest) -> tuple[User, None] | None:
         user = bearer_token_user(request.META)
         return None if user is None else (user, None)
 
-    def authenticate_header(self, request: Request) -> str:
+    def authenticate_header(self, request: HttpRequest) -> str:
         return 'Bearer realm="api"'
 
 
@@ -105,32 +105,43 @@ def json_depth_exceeds(data: Any, limit: int) -> bool:
 
 
 class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser, plus: a body nested so deep that Python's parser runs out of recursion
-    (``RecursionError``, not a ``ValueError``) or deeper than ``MAX_JSON_DEPTH`` is a 400, not a 500. The body is
-    decoded in one call rather than through a stream reader (DRF's own parser): the same text, the same errors."""
+    """The API's one parser, as the views name it for the OpenAPI document: ``parse_json`` on the stream's bytes."""
 
     def parse(
         self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
     ) -> Any:
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
-        try:
-            text = stream.read().decode(encoding)
-            data = json.loads(text, parse_constant=drf_json.strict_constant if self.strict else None)
-        except RecursionError:
-            raise drf_exceptions.ParseError("JSON nested too deeply.") from None
-        except ValueError as exc:
-            raise drf_exceptions.ParseError(f"JSON parse error - {exc}") from None
-        # Each level of nesting opens with its own bracket: a text with no more brackets than the limit (counted in
-        # C) cannot nest deeper, so only a body with more is walked.
-        if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth_exceeds(data, MAX_JSON_DEPTH):
-            raise drf_exceptions.ParseError("JSON nested too deeply.")
-        return data
+        return parse_json(stream.read(), encoding)
+
+
+# The decoder ``json.loads(text, parse_constant=...)`` would make for every body (a JSONDecoder keeps no state between
+# calls): NaN and Infinity refused, as DRF's strict parser.
+_DECODER = json.JSONDecoder(parse_constant=drf_json.strict_constant)
+
+
+def parse_json(body: bytes, encoding: str) -> Any:
+    """A JSON body as DRF's parser reads it (strict: no NaN or Infinity), or ParseError (400), plus: a body nested so
+    deep that Python's parser runs out of recursion (``RecursionError``, not a ``ValueError``) or deeper than
+    ``MAX_JSON_DEPTH`` is a 400, not a 500. The bytes are decoded in one call rather than through a stream reader
+    (DRF's parser): the same text, the same errors."""
+    try:
+        text = body.decode(encoding)
+        data = _DECODER.decode(text)
+    except RecursionError:
+        raise drf_exceptions.ParseError("JSON nested too deeply.") from None
+    except ValueError as exc:
+        raise drf_exceptions.ParseError(f"JSON parse error - {exc}") from None
+    # Each level of nesting opens with its own bracket: a text with no more brackets than the limit (counted in
+    # C) cannot nest deeper, so only a body with more is walked.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and json_depth_exceeds(data, MAX_JSON_DEPTH):
+        raise drf_exceptions.ParseError("JSON nested too deeply.")
+    return data
 
 
 class JSONRenderer(renderers.JSONRenderer):
-    """DRF's JSON renderer, never indented: the ``Accept`` header is not read (:class:`JsonOnlyNegotiation`), so
-    there is no ``indent=`` parameter to parse out of it on every response; one encoder, made once, writes every
-    body (DRF's renderer makes one per response), in the same bytes."""
+    """DRF's JSON renderer, never indented (the ``Accept`` header is not read: every answer is JSON), one encoder,
+    made once, writing every body (``render_json``; DRF's renderer makes one per response), in the same bytes. Named
+    by the views for the OpenAPI document."""
 
     def get_indent(self, accepted_media_type: str, renderer_context: Mapping[str, Any]) -> None:
         return None
@@ -138,10 +149,15 @@ class JSONRenderer(renderers.JSONRenderer):
     def render(
         self, data: Any, accepted_media_type: str | None = None, renderer_context: Mapping[str, Any] | None = None
     ) -> bytes:
-        if data is None:
-            return b""
-        text = _ENCODER.encode(data)
-        return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+        return render_json(data)
+
+
+def render_json(data: Any) -> bytes:
+    """The bytes of every API answer's body: DRF's JSON renderer's, compact (nothing for ``None``)."""
+    if data is None:
+        return b""
+    text = _ENCODER.encode(data)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
 
 
 # The encoder DRF's renderer would make for every response, with the renderer's settings (compact, not ASCII-escaped,
@@ -153,26 +169,76 @@ _ENCODER = JSONRenderer.encoder_class(
 )
 
 
-class JsonOnlyNegotiation(DefaultContentNegotiation):
-    """Every API response is JSON, so the ``Accept`` header is not parsed (0.05 ms per request). Request bodies are
-    still matched against the parsers by ``Content-Type`` (an unsupported one is a 415); a ``Content-Type`` that is
-    exactly a parser's media type is that parser without parsing the header."""
+class ApiRequest:
+    """What an API view reads of its request: the user the bearer token authenticated (None without one), the JSON
+    body (``data``, parsed when first read), the headers, the raw body and the cookies; and Django's request itself
+    (``http``) for what takes one (a URL built for the client, a template)."""
 
-    def select_renderer(
-        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
-    ) -> tuple[BaseRenderer, str]:
-        renderer = next(iter(renderers))
-        return renderer, renderer.media_type
+    __slots__ = ("_data", "http", "user")
 
-    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
-        content_type = request.content_type
-        for parser in parsers:
-            if parser.media_type == content_type:
-                return parser
-        return super().select_parser(request, parsers)
+    def __init__(self, request: HttpRequest, user: User | None) -> None:
+        self.http = request
+        self.user = user
+        self._data: Any = _UNREAD
+
+    @property
+    def data(self) -> Any:
+        if self._data is _UNREAD:
+            self._data = {}  # a body that cannot be parsed reads as empty after its error, as in DRF
+            self._data = request_data(self.http)
+        return self._data
+
+    @property
+    def headers(self) -> HttpHeaders:
+        return self.http.headers
+
+    @property
+    def META(self) -> dict[str, Any]:  # Django's name
+        return self.http.META
+
+    @property
+    def COOKIES(self) -> dict[str, str]:  # Django's name
+        return self.http.COOKIES
+
+    @property
+    def body(self) -> bytes:
+        return self.http.body
 
 
-def authenticated_customer(request: Request) -> User:
+_UNREAD = object()
+
+
+def request_data(request: HttpRequest) -> Any:
+    """A request's body as DRF's ``request.data`` reads it with the one JSON parser: nothing sent (no
+    ``Content-Length``) is empty (a form's empty ``QueryDict`` for a form's media type); a body of any other media
+    type is 415 ``unsupported_media_type``; JSON that cannot be read is 400."""
+    content_type = request.META.get("CONTENT_TYPE", request.META.get("HTTP_CONTENT_TYPE", ""))
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length == 0:
+        if content_type and is_form_media_type(content_type):
+            return QueryDict("", encoding=request.encoding)
+        return {}
+    if content_type != JSONParser.media_type and not media_type_matches(JSONParser.media_type, content_type):
+        raise drf_exceptions.UnsupportedMediaType(content_type)
+    return parse_json(request.body, request.encoding or settings.DEFAULT_CHARSET)
+
+
+class ApiResponse(HttpResponse):
+    """An API answer: ``data`` written as JSON when the answer is made (``render_json``), and kept beside the bytes
+    for whoever reads the answer after the view (the outcome counters, the access log, tests)."""
+
+    def __init__(self, data: Any = None, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
+        body = render_json(data)
+        super().__init__(body, status=status, headers=headers, content_type="application/json")
+        if not body:  # as DRF: an answer without a body (a 304) names no content type
+            del self["Content-Type"]
+        self.data = data
+
+
+def authenticated_customer(request: ApiRequest) -> User:
     """The customer behind a request that passed ``IsAuthenticated`` (typed: never the anonymous user)."""
     user = request.user
     if not isinstance(user, User):
@@ -180,15 +246,15 @@ def authenticated_customer(request: Request) -> User:
     return user
 
 
-def internal_error() -> Response:
-    return Response(error_body("Internal server error.", "internal_error"), status=500)
+def internal_error() -> ApiResponse:
+    return ApiResponse(error_body("Internal server error.", "internal_error"), status=500)
 
 
-def domain_error_response(exc: DomainError) -> Response:
+def domain_error_response(exc: DomainError) -> ApiResponse:
     if not exc.expose:
         logger.error("domain error %s", exc.code, exc_info=exc)
         return internal_error()
-    return Response(exc.body(), status=exc.http_status, headers=exc.headers)
+    return ApiResponse(exc.body(), status=exc.http_status, headers=exc.headers)
 
 
 def payload_too_large_body() -> dict[str, Any]:
@@ -211,7 +277,7 @@ def outage_error(exc: BaseException) -> DomainError | None:
     return None
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+def exception_handler(exc: Exception, context: dict[str, Any]) -> ApiResponse:
     if isinstance(exc, DomainError):
         return domain_error_response(exc)
     # As DRF's own handler does: Django's 404 and 403 (e.g. ``?format=`` naming no renderer) are API errors.
@@ -223,9 +289,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if outage is not None:  # e.g. the token lookup of authentication, outside any service
         return domain_error_response(outage)
     if isinstance(exc, RequestDataTooBig):
-        return Response(payload_too_large_body(), status=413)
+        return ApiResponse(payload_too_large_body(), status=413)
     if isinstance(exc, SuspiciousOperation):  # too many form fields, a malformed multipart body, ...
-        return Response(error_body("The request is malformed.", "bad_request"), status=400)
+        return ApiResponse(error_body("The request is malformed.", "bad_request"), status=400)
     if isinstance(exc, drf_exceptions.APIException):
         code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), "error")
         if isinstance(exc, drf_exceptions.ParseError):
@@ -235,7 +301,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         else:
             message = str(exc.detail)
         details = {"fields": exc.detail} if isinstance(exc, drf_exceptions.ValidationError) else {}
-        response = Response(error_body(message, code, **details), status=exc.status_code)
+        response = ApiResponse(error_body(message, code, **details), status=exc.status_code)
         if isinstance(exc, (drf_exceptions.NotAuthenticated, drf_exceptions.AuthenticationFailed)):
             response.status_code = 401
             response["WWW-Authenticate"] = 'Bearer realm="api"'

@@ -1,74 +1,100 @@
-"""The one view class of the API (``ApiView``): DRF's dispatch, with nothing built twice.
+"""The one request path of the API (``ApiView.dispatch``): every endpoint's request is authenticated, permitted,
+handed to its method and answered here, in this order, and nowhere else.
 
-Kept apart from ``skincare.api``, which DRF's settings name (importing DRF's views from there would import those
-settings' classes while their module loads)."""
+An ``ApiView`` is a DRF ``APIView`` for what DRF is kept for: describing the API (drf-spectacular reads each view's
+classes and ``extend_schema`` to write the OpenAPI document) and the permission classes. It does not use DRF's request
+handling: ``dispatch`` below replaces it (no ``Request`` wrapper, content negotiation, throttles, versioning or
+template rendering), so an answer costs what the endpoint itself does. Kept apart from ``skincare.api``, which DRF's
+settings name (importing DRF's views from there would import those settings' classes while their module loads)."""
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from rest_framework.authentication import BaseAuthentication
-from rest_framework.parsers import BaseParser
-from rest_framework.permissions import BasePermission
-from rest_framework.renderers import BaseRenderer
-from rest_framework.request import Request
-from rest_framework.response import Response
+from django.http import HttpRequest, HttpResponseBase
+from rest_framework import exceptions
+from rest_framework.metadata import SimpleMetadata
 from rest_framework.views import APIView
+
+from skincare.api import ApiRequest, ApiResponse, exception_handler
 
 
 class ApiView(APIView):
-    """Every endpoint's view: DRF's ``APIView``, its dispatch as it is, with what it builds again on each request
-    made once per view class instead: the renderer, parser, authentication and permission instances (none keeps
-    state of a request, so the threads of a worker share them) and the ``Allow`` header. Throttles stay DRF's, new
-    per request: a throttle keeps the request it judges (its key, its history). The per-request work left is the request's own: its
-    authentication, its body, the view, the answer; and once the answer is rendered, the view lets go of
-    what it held (``_release_cycles``), so nothing waits for the cyclic garbage collector."""
+    """Every endpoint's view. ``dispatch`` is the request path, step by step:
 
-    def get_renderers(self) -> list[BaseRenderer]:
-        return _instances(self.renderer_classes)
+    1. authenticate: the first of ``authentication_classes`` that recognises the request names the user (none: the
+       user is None); a bad token is 401;
+    2. permit: every one of ``permission_classes`` must allow the request (401 without a user, else 403);
+    3. the method: the view's method of the request's HTTP method (405 with ``Allow`` when it has none), given an
+       ``ApiRequest`` (the body parsed when the method reads ``data``);
+    4. any exception becomes its JSON answer (``skincare.api.exception_handler``: a domain error's own status, code,
+       fields and headers; an outage's 503);
+    5. every answer carries ``Allow`` (the view's methods).
+    """
 
-    def get_parsers(self) -> list[BaseParser]:
-        return _instances(self.parser_classes)
+    def setup(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
+        """Django's ``View.setup`` without its ``self.head = self.get``: a view holding a method bound to itself is a
+        cycle, and it would keep the request (body, headers) until the cyclic garbage collector walks it. HEAD is
+        answered by ``get`` in ``dispatch`` instead."""
+        self.request, self.args, self.kwargs = request, args, kwargs  # type: ignore[assignment]  # Django's, not DRF's Request
 
-    def get_authenticators(self) -> list[BaseAuthentication]:
-        return _instances(self.authentication_classes)
-
-    def get_permissions(self) -> list[BasePermission]:
-        return _instances(self.permission_classes)
-
-    @property
-    def default_response_headers(self) -> dict[str, str]:
-        cls = type(self)
-        headers = _HEADERS.get(cls)
-        if headers is None:
-            headers = _HEADERS[cls] = super().default_response_headers
-        return dict(headers)
-
-    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
-        response = super().finalize_response(request, response, *args, **kwargs)
-        if isinstance(response, Response):  # rendered later, by Django's handler
-            response.add_post_render_callback(self._release_cycles)
-        else:  # a plain Django response (the payment page's redirect): nothing left to render
-            self._release_cycles(None)
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        api_request = ApiRequest(request, None)
+        try:
+            # The user on Django's request too, for whatever reads it there after the view (the access log).
+            api_request.user = request.user = self.authenticated_user(request)
+            self.check_permissions(api_request)  # type: ignore[arg-type]  # DRF's permissions read request.user
+            method = (request.method or "").lower()
+            handler = getattr(self, method, None) if method in self.http_method_names else None
+            if handler is None and method == "head":
+                handler = getattr(self, "get", None)
+            if handler is None:
+                raise exceptions.MethodNotAllowed(method.upper())
+            response = handler(api_request, *args, **kwargs)
+        except Exception as exc:
+            response = exception_handler(exc, {"view": self})
+        response["Allow"] = self.allow()
         return response
 
-    def _release_cycles(self, response: Response | None) -> None:
-        """Once the answer is rendered, let go of what rendering needed. DRF's view, request and response refer to
-        each other (the view holds both; the request's parser context and the response's renderer context hold
-        the view and themselves), so without this all three, with the request's body and headers, wait for
-        Python's cyclic garbage collector; with it, reference counting frees them when the server is done."""
-        self.request.parser_context = {}
-        if response is not None:
-            response.renderer_context = {}  # type: ignore[attr-defined]  # DRF sets it; its stubs do not declare it
-        self.__dict__.clear()
+    def authenticated_user(self, request: HttpRequest) -> Any:
+        for authenticator in self.get_authenticators():
+            found = authenticator.authenticate(request)
+            if found is not None:
+                return found[0]
+        return None
+
+    def permission_denied(self, request: Any, message: str | None = None, code: str | None = None) -> NoReturn:
+        """A permission class refused: 401 when no credentials named a user, else 403 (DRF's rule)."""
+        if request.user is None and self.authentication_classes:
+            raise exceptions.NotAuthenticated()
+        raise exceptions.PermissionDenied(detail=message, code=code)
+
+    def options(self, request: Any, *args: Any, **kwargs: Any) -> ApiResponse:  # type: ignore[override]
+        """``OPTIONS``: what the view is, renders and parses (DRF's metadata)."""
+        return ApiResponse(SimpleMetadata().determine_metadata(request, self))
+
+    @classmethod
+    def allow(cls) -> str:
+        """The ``Allow`` header: the HTTP methods the view answers (HEAD wherever GET), made once per class."""
+        allow = _ALLOW.get(cls)
+        if allow is None:
+            methods = [m for m in cls.http_method_names if hasattr(cls, m) or (m == "head" and hasattr(cls, "get"))]
+            allow = _ALLOW[cls] = ", ".join(m.upper() for m in methods)
+        return allow
+
+    def get_authenticators(self) -> list[Any]:
+        return _instances(self.authentication_classes)
+
+    def get_permissions(self) -> list[Any]:
+        return _instances(self.permission_classes)
 
 
 # Each list of classes a view names (by identity: the list itself is kept, so its id is never reused), with one
-# instance of each; and each view class's default headers.
-_INSTANCES: dict[int, tuple[Sequence[Any], list[Any]]] = {}
-_HEADERS: dict[type, dict[str, str]] = {}
+# instance of each (none keeps state of a request, so the threads of a worker share them); and each view class's
+# ``Allow`` header.
+_INSTANCES: dict[int, tuple[Any, list[Any]]] = {}
+_ALLOW: dict[type, str] = {}
 
 
-def _instances(classes: Sequence[Any]) -> list[Any]:
+def _instances(classes: Any) -> list[Any]:
     cached = _INSTANCES.get(id(classes))
     if cached is None or cached[0] is not classes:
         cached = _INSTANCES[id(classes)] = (classes, [cls() for cls in classes])

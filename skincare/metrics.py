@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, TypeVar
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -32,7 +32,6 @@ from prometheus_client import (
 )
 from prometheus_client import multiprocess as _multiprocess
 from prometheus_client.registry import Collector
-from rest_framework.response import Response
 
 from skincare.clientaddr import client_address
 from skincare.errors import answer_codes, error_response, forbidden_response
@@ -270,7 +269,7 @@ class OutcomeCountingMixin:
             self.latency_histogram.observe(time.perf_counter() - started)
         self.outcome_counter.labels(outcome=bounded(outcome, self.allowed_outcomes)).inc()
 
-    def outcome(self, response: Response) -> object:
+    def outcome(self, response: HttpResponseBase) -> object:
         data = getattr(response, "data", None)
         if not isinstance(data, dict):
             return None

@@ -1,5 +1,5 @@
 """Middleware plumbing. The JSON API (``/v1/`` and the probes) needs none of the browser middleware: sessions,
-messages, the authentication middleware (DRF authenticates by token), clickjacking headers, APPEND_SLASH
+messages, the authentication middleware (the API authenticates by token), clickjacking headers, APPEND_SLASH
 redirects. ``browser_only(M)`` runs middleware ``M`` for browser pages (the admin, the sandbox payment page) and
 skips it on API paths, which saves about 0.05 ms of Python per API request (docs/benchmarks.md).
 
@@ -8,8 +8,8 @@ hooks that Django collects from the middleware instance (``process_view``, ``pro
 ``process_template_response``) would still run on API paths, so such classes are refused. CSRF and security
 middleware stay in the chain for every path.
 
-Two middleware must hold for every URL, DRF views or not: the body size limit (``RequestBodyLimitMiddleware``)
-and JSON errors for plain views, including the answer to a database outage (DRF views answer outages through
+Two middleware must hold for every URL, API views or not: the body size limit (``RequestBodyLimitMiddleware``)
+and JSON errors for plain views, including the answer to a database outage (API views answer outages through
 ``skincare.api.exception_handler``).
 """
 
@@ -78,7 +78,7 @@ class ReleaseHeaderMiddleware:
 class RequestBodyLimitMiddleware:
     """Refuse a body whose declared length is over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` with 413
     ``payload_too_large`` before anything reads it. (Django enforces that limit only when ``request.body`` is
-    read; DRF's JSON parser reads the stream itself and would parse a body of any size.)"""
+    read, and a streamed body is read without it.)"""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

@@ -8,10 +8,8 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from rest_framework.request import Request
-from rest_framework.response import Response
 
-from skincare.api import authenticated_customer
+from skincare.api import ApiRequest, ApiResponse, authenticated_customer
 from skincare.apiview import ApiView
 from waitingroom import passtoken, schemas, selectors, services
 from waitingroom.exceptions import QueueNotFound, QueuePassInvalid
@@ -59,20 +57,20 @@ class QueueApi(ApiView):
     """``/v1/products/<id>/queue``: POST joins (201, or 200 with the existing pass), GET reads the customer's pass."""
 
     @schemas.QUEUE_JOIN
-    def post(self, request: Request, product_id: int) -> Response:
+    def post(self, request: ApiRequest, product_id: int) -> ApiResponse:
         customer = authenticated_customer(request)
         queue_pass, created = services.queue_join(customer=customer, product_id=product_id)
         body, token = signed_answer(queue_pass, customer.pk)
-        response = Response(body, status=201 if created else 200)
+        response = ApiResponse(body, status=201 if created else 200)
         set_pass_cookie(response, queue_pass.pass_id, token)
         return response
 
     @schemas.QUEUE_PASS_FOR_PRODUCT
-    def get(self, request: Request, product_id: int) -> Response:
+    def get(self, request: ApiRequest, product_id: int) -> ApiResponse:
         queue_pass = selectors.pass_get(customer_id=authenticated_customer(request).pk, product_id=product_id)
         if queue_pass is None:
             raise QueueNotFound(product_id=product_id)
-        return Response(queue_pass.to_json())
+        return ApiResponse(queue_pass.to_json())
 
 
 class QueuePassApi(ApiView):
@@ -83,14 +81,14 @@ class QueuePassApi(ApiView):
     that places the pass since it was signed carries a new signed pass (body and cookie)."""
 
     @schemas.QUEUE_PASS
-    def get(self, request: Request, pass_id: int) -> Response:
+    def get(self, request: ApiRequest, pass_id: int) -> ApiResponse:
         customer_id = authenticated_customer(request).pk
-        token = pass_token_sent(request, pass_id)
+        token = pass_token_sent(request.http, pass_id)
         if token is None:
             queue_pass = selectors.pass_get(customer_id=customer_id, pass_id=pass_id)
             if queue_pass is None:
                 raise QueueNotFound(pass_id=pass_id)
-            return Response(queue_pass.to_json())
+            return ApiResponse(queue_pass.to_json())
         signed = passtoken.pass_verify(token=token, customer_id=customer_id, pass_id=pass_id)
         if signed is None:
             raise QueuePassInvalid(pass_id=pass_id)
@@ -98,9 +96,9 @@ class QueuePassApi(ApiView):
         if queue_pass is None:
             raise QueueNotFound(pass_id=pass_id)
         if queue_pass.position == signed.position and queue_pass.pass_id == pass_id:
-            return Response(queue_pass.to_json())
+            return ApiResponse(queue_pass.to_json())
         # placed since it was signed, or the customer's pass kept instead of this one: a new signed pass
         body, new_token = signed_answer(queue_pass, customer_id)
-        response = Response(body)
+        response = ApiResponse(body)
         set_pass_cookie(response, queue_pass.pass_id, new_token)
         return response

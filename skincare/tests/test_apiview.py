@@ -1,6 +1,6 @@
-"""One request path: every endpoint is a ``skincare.apiview.ApiView`` (DRF's dispatch), and what the view class keeps
-for every request (the parser and renderer that read and write in one call, the instances, the ``Allow`` header) gives
-what DRF's own classes give."""
+"""One request path: every endpoint is a ``skincare.apiview.ApiView`` (its own dispatch, not DRF's), answering as DRF's
+did: the parser and renderer read and write DRF's bytes, the steps run in DRF's order (authentication, permissions,
+the method), the ``Allow`` header names the view's methods, and nothing is left for the cyclic garbage collector."""
 
 import datetime
 import gc
@@ -15,11 +15,15 @@ from django.db import close_old_connections
 from django.http import HttpResponseRedirect
 from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.views import View
 from rest_framework import parsers, renderers
 from rest_framework.exceptions import ParseError
 from rest_framework.permissions import AllowAny
 from rest_framework.views import APIView
 
+from bench import cpu
+from checkout.api import CheckoutApi
+from inventory.api import ProductDetailApi
 from skincare.api import MAX_JSON_DEPTH, JSONParser, JSONRenderer
 from skincare.apiview import ApiView
 
@@ -115,11 +119,8 @@ def test_a_view_keeps_its_own_classes_instances_and_allow_header():
     plain, other_plain, opened = Plain(), Plain(), Open()
     assert plain.get_permissions() is other_plain.get_permissions()  # made once for the class
     assert [type(p) for p in opened.get_permissions()] == [AllowAny]
-    assert [type(r) for r in opened.get_renderers()] == [JSONRenderer, renderers.BrowsableAPIRenderer]
-    assert plain.default_response_headers == {"Allow": "GET, OPTIONS"}
-    assert opened.default_response_headers == {"Allow": "POST, OPTIONS", "Vary": "Accept"}
-    plain.default_response_headers["Allow"] = "changed"  # a copy: a view's answer may change its own
-    assert other_plain.default_response_headers == {"Allow": "GET, OPTIONS"}
+    assert plain.allow() == "GET, HEAD, OPTIONS"  # as DRF's: HEAD wherever GET
+    assert opened.allow() == "POST, OPTIONS"
 
 
 def test_a_body_nested_deeper_than_the_limit_is_refused_however_few_its_other_brackets():
@@ -182,15 +183,13 @@ def test_an_api_request_leaves_nothing_for_the_cyclic_garbage_collector(
 
         return send
 
-    answers = [
-        sender(lambda: factory.get(f"/v1/products/{product.pk}"), "200"),
-        sender(lambda: factory.post("/v1/checkout", b"{}", content_type="application/json"), "401"),  # an error
-    ]
-    assert [_leftover_cycles(send) for send in answers] == [0, 0]
-    # Control: without the release after rendering, DRF's view, request and response hold each other (and the
-    # request's body, headers ...) until the collector walks them.
-    monkeypatch.setattr(ApiView, "_release_cycles", lambda self, response: None)
-    assert all(_leftover_cycles(send) > 10 for send in answers)
+    read = sender(lambda: factory.get(f"/v1/products/{product.pk}"), "200")
+    refused = sender(lambda: factory.post("/v1/checkout", b"{}", content_type="application/json"), "401")  # an error
+    assert [_leftover_cycles(read), _leftover_cycles(refused)] == [0, 0]
+    # Control: Django's own setup (``self.head = self.get``) makes the view hold itself, and with it the request (its
+    # body, headers ...) until the collector walks them.
+    monkeypatch.setattr(ApiView, "setup", View.setup)
+    assert _leftover_cycles(read) > 10
 
 
 class Redirecting(ApiView):
@@ -216,5 +215,81 @@ def test_a_plain_django_answer_is_sent_and_leaves_nothing_for_the_cyclic_garbage
         response.close()
 
     assert _leftover_cycles(send) == 0
-    monkeypatch.setattr(ApiView, "_release_cycles", lambda self, response: None)  # control
+    monkeypatch.setattr(ApiView, "setup", View.setup)  # control
     assert _leftover_cycles(send) > 5
+
+
+# What DRF's dispatch answers, the pipeline answers: the same status, body bytes and headers, for each step's refusal
+# and in DRF's order (authentication before the method, so an unauthenticated PUT is a 401, not a 405).
+COMPARED_HEADERS = ("Content-Type", "Allow", "WWW-Authenticate", "Retry-After", "ETag", "Cache-Control")
+
+
+def _answers(view_class, request, **kwargs):
+    """The pipeline's answer and DRF's (``bench.cpu.through_drf``: DRF's own dispatch before the same methods)."""
+    ours = view_class.as_view()(request(), **kwargs)
+    theirs = cpu.through_drf(view_class)(request(), **kwargs)
+    return ours, theirs
+
+
+def _same(ours, theirs):
+    assert (ours.status_code, ours.content) == (theirs.status_code, theirs.content)
+    assert {h: ours.get(h) for h in COMPARED_HEADERS} == {h: theirs.get(h) for h in COMPARED_HEADERS}
+
+
+@pytest.mark.django_db
+def test_every_step_answers_as_drfs_dispatch(customer, make_product):
+    factory = RequestFactory()
+    sold_out = make_product(stock=0)
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {customer.api_token}"}
+    body = f'{{"items": [{{"product_id": {sold_out.pk}, "qty": 1}}]}}'
+    json_type = "application/json"
+    checkouts = {
+        "refused (409)": lambda: factory.post("/v1/checkout", body, content_type=json_type, **bearer),
+        "charset given": lambda: factory.post(
+            "/v1/checkout", body, content_type=f"{json_type}; charset=utf-8", **bearer
+        ),
+        "no token (401)": lambda: factory.post("/v1/checkout", body, content_type=json_type),
+        "unknown token (401)": lambda: factory.post(
+            "/v1/checkout", body, content_type=json_type, HTTP_AUTHORIZATION="Bearer not-a-token"
+        ),
+        "malformed header (401)": lambda: factory.post(
+            "/v1/checkout", body, content_type=json_type, HTTP_AUTHORIZATION="Bearer a b"
+        ),
+        "method (405)": lambda: factory.put("/v1/checkout", body, content_type=json_type, **bearer),
+        "method before token (401)": lambda: factory.put("/v1/checkout", body, content_type=json_type),
+        "not JSON (415)": lambda: factory.post("/v1/checkout", body, content_type="text/plain", **bearer),
+        "bad JSON (400)": lambda: factory.post("/v1/checkout", "{", content_type=json_type, **bearer),
+        "a form (415)": lambda: factory.post("/v1/checkout", **bearer),
+        "no body (400)": lambda: factory.generic("POST", "/v1/checkout", b"", content_type=json_type, **bearer),
+        "bad key (400)": lambda: factory.post(
+            "/v1/checkout", body, content_type=json_type, HTTP_IDEMPOTENCY_KEY="\u00e9", **bearer
+        ),
+        "options": lambda: factory.options("/v1/checkout", **bearer),
+    }
+    statuses = {}
+    for name, request in checkouts.items():
+        ours, theirs = _answers(CheckoutApi, request)
+        _same(ours, theirs)
+        statuses[name] = ours.status_code
+    assert statuses == {  # control: each case reached the step it names
+        "refused (409)": 409, "charset given": 409, "no token (401)": 401, "unknown token (401)": 401,
+        "malformed header (401)": 401, "method (405)": 405, "method before token (401)": 401, "not JSON (415)": 415,
+        "bad JSON (400)": 400, "a form (415)": 415, "no body (400)": 400, "bad key (400)": 400, "options": 200,
+    }  # fmt: skip
+
+    product = make_product(stock=3)
+    ours, _theirs = _answers(ProductDetailApi, lambda: factory.get("/"), product_id=product.pk)
+    reads = {
+        "get": lambda: factory.get("/"),
+        "head": lambda: factory.head("/"),
+        "not modified (304)": lambda: factory.get("/", HTTP_IF_NONE_MATCH=ours["ETag"]),
+        "method (405)": lambda: factory.post("/", "{}", content_type=json_type),
+    }
+    for name, request in reads.items():
+        ours, theirs = _answers(ProductDetailApi, request, product_id=product.pk)
+        _same(ours, theirs)
+        statuses[name] = ours.status_code
+    assert [statuses[name] for name in reads] == [200, 200, 304, 405]
+    ours, theirs = _answers(ProductDetailApi, lambda: factory.get("/"), product_id=product.pk + 1000)
+    _same(ours, theirs)
+    assert ours.status_code == 404

@@ -78,12 +78,12 @@ def test_an_ab_combines_each_sides_runs_by_their_median_and_gives_the_ratio():
 
 def test_an_ab_against_a_tree_without_a_scenario_compares_the_others_and_names_it():
     results = {"this tree": {"checkout": {"python_cpu_ms": 1.2, "pg_cpu_ms": 0.5},
-                             "queue_join_bare": {"python_cpu_ms": 0.3, "pg_cpu_ms": 0.0}},
+                             "queue_join_drf": {"python_cpu_ms": 0.3, "pg_cpu_ms": 0.0}},
                "ref": {"checkout": {"python_cpu_ms": 1.5, "pg_cpu_ms": 0.5}}}  # fmt: skip
 
     assert cpu.text_table(results).splitlines()[1:] == [
         "checkout | 1.200 / 0.500 | 1.500 / 0.500 | 0.80",
-        "not run by every side: queue_join_bare",
+        "not run by every side: queue_join_drf",
     ]
 
 

@@ -263,18 +263,18 @@ def test_a_pass_placed_after_the_process_read_the_placements_gets_its_exact_posi
     assert (copied.status_code, copied.json()["code"]) == (403, "queue_pass_invalid")
 
 
-def same_answer(fast, drf, status):
-    """The answers of a signed poll (answered without DRF's dispatch) and of the same request through DRF: the same
-    status, body bytes and headers."""
-    assert fast.status_code == drf.status_code == status, (fast.content, drf.content)
-    assert fast.content == drf.content
+def same_answer(signed, unsigned, status):
+    """The answers of a signed poll (answered from the pass) and of the same request without it (the pass read from
+    the database): the same status, body bytes and headers."""
+    assert signed.status_code == unsigned.status_code == status, (signed.content, unsigned.content)
+    assert signed.content == unsigned.content
     for header in ("Content-Type", "WWW-Authenticate", "Retry-After", "Allow"):
-        assert fast.get(header) == drf.get(header), header
+        assert signed.get(header) == unsigned.get(header), header
 
 
 def test_a_signed_polls_errors_are_the_apis_errors(api, make_product, monkeypatch):
-    """Each error of a poll with a signed pass is the answer DRF's dispatch gives the same request without the
-    signed pass: no credentials, a malformed or unknown token (401), a pass that is gone (404), an outage (503)."""
+    """Each error of a poll with a signed pass is the answer the same request gets without the signed pass: no
+    credentials, a malformed or unknown token (401), a pass that is gone (404), an outage (503)."""
     product = make_product(stock=5)
     queue_product(product, starts_in=60)
     url, token = join(api, product)
@@ -284,7 +284,7 @@ def test_a_signed_polls_errors_are_the_apis_errors(api, make_product, monkeypatc
             client.credentials(HTTP_AUTHORIZATION=authorization)
         same_answer(poll(client, url, token), client.get(url), 401)
 
-    api.cookies.clear()  # the join's cookie is a signed pass too: the DRF path gets none
+    api.cookies.clear()  # the join's cookie is a signed pass too: the request without one gets none
     assert poll(api, url, token).status_code == api.get(url).status_code == 200  # control: both paths answer
     outage = OperationalError("connection refused")
     monkeypatch.setattr(selectors, "pass_poll", lambda **_: (_ for _ in ()).throw(outage))
