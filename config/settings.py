@@ -20,7 +20,7 @@ env = environ.Env()
 
 
 # Variables that are no longer read: each was a measured choice and is now a constant in the code that uses it
-# (docs/benchmarks.md#decisions). Set, they refuse to start rather than be silently ignored.
+# (docs/benchmarks.md#decisions) or another setting. Set, they refuse to start rather than be silently ignored.
 REMOVED_SETTINGS = {
     "DB_CONN_HEALTH_CHECKS": "a reused connection is checked only after an idle spell (skincare/connections.py)",
     "DB_HEALTH_CHECK_AFTER_IDLE_MS": "the idle spell is a constant (skincare/connections.py)",

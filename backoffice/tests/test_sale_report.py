@@ -179,8 +179,12 @@ def test_the_report_refuses_figures_the_audit_does_not_vouch_for(make_product, t
             " VALUES (%s, 0, 5, 0, 'restock', 'tampered', now())",
             [product.pk],
         )
+    png = tmp_path / "report.png"
+    out = io.StringIO()
     with pytest.raises(CommandError, match="the audit found"):
-        run_report("--product", str(product.pk), "--png", str(tmp_path / "report.png"))
+        call_command("sale_report", "--product", str(product.pk), "--png", str(png), stdout=out)
+    assert "AUDIT" in out.getvalue()
+    assert "units sold" not in out.getvalue() and not png.exists()  # no figure, no picture
 
 
 def test_revenue_is_one_sum_per_currency_never_added_across(make_product, make_customer, tmp_path):

@@ -38,9 +38,16 @@ class Command(BaseCommand):
             report = sale_report(product_id=product, since=since_at)
         except ProductNotFound:
             raise CommandError(f"no product {product}") from None
+        out = self.stdout.write
+        # Fail closed: no figure and no picture the audit of the same snapshot does not vouch for.
+        if report.audit:
+            for violation in report.audit:
+                out(f"  AUDIT {violation}")
+            raise CommandError(f"sale_report: the audit found {len(report.audit)} violation(s); figures not exact")
+        if report.units_sold != report.units_sold_by_ledger:
+            raise CommandError("sale_report: units sold by the orders and by the ledger differ")
         path = png or f"sale-report-{product}.png"
         write_png(report, path)
-        out = self.stdout.write
         out(f"sale report: {report.name} (#{report.product_id}, {report.sku})")
         ends = f", closes {report.sale_ends_at:%Y-%m-%d %H:%M:%S}" if report.sale_ends_at else ""
         out(
@@ -75,10 +82,4 @@ class Command(BaseCommand):
                 f"  unmatched money: {p['unmatched']} payment(s) for transactions this shop did not issue (reconcile_payments)"
             )
         out(f"  picture:         {path}")
-        if report.audit:
-            for violation in report.audit:
-                out(f"  AUDIT {violation}")
-            raise CommandError(f"sale_report: the audit found {len(report.audit)} violation(s); figures not exact")
-        if report.units_sold != report.units_sold_by_ledger:
-            raise CommandError("sale_report: units sold by the orders and by the ledger differ")
         out("  audit:           clean (same snapshot)")
