@@ -61,7 +61,6 @@ CELLS = [
     Cell(HEALTHZ, None, "service", "healthz"),
     Cell(PRODUCT, HEALTHZ, "service", "product"),
     Cell(SOLD_OUT, HEALTHZ, "service", "soldout"),
-    Cell("HTTP sold-out checkout (409), rate limit on", HEALTHZ, "rate limit on", "soldout"),
     Cell(POLL, HEALTHZ, "service", "queue_poll"),  # a waiting pass's poll, answered from the signed pass
     Cell(POLL_UNSIGNED, HEALTHZ, "service", "queue_poll_unsigned"),  # the same poll read from the database
     Cell(JOIN, HEALTHZ, "service", "queue_join"),  # each a customer's first join in the round (bench.seeding)
@@ -72,6 +71,7 @@ CELLS = [
     Cell("HTTP checkout, hot, a new connection per request", HOT, "connection per request", "hot"),
     Cell("HTTP sold-out checkout, Django's health checks on", SOLD_OUT, "health checks", "soldout"),
     Cell("HTTP sold-out checkout, no sold-out memory", SOLD_OUT, "no sold-out memory", "soldout"),
+    Cell("HTTP sold-out checkout (409), rate limit on", HEALTHZ, "rate limit on", "soldout"),
     Cell("HTTP checkout, hot, sync workers (one request at a time each)", HOT, "sync", "hot"),
     Cell(SEED_HOT, None, script={"seed": True}),
     Cell(SEED_SPREAD, None, script={"seed": True, "spread": True}),
