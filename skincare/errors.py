@@ -23,6 +23,7 @@ One renderer of error answers for plain Django views and middleware: :func:`erro
 
 import dataclasses
 import math
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar, dataclass_transform
 
@@ -64,6 +65,13 @@ _DECLARED: dict[str, type["DomainError"]] = {}
 _NOT_IN_BODY = {"in_body": False}
 
 
+def _jsonable(value: Any) -> Any:
+    """A field's value in the body: a timestamp as the API renders every timestamp (``utc_z``), anything else as
+    it is. A field that its clients know in another form declares its own (``dataclasses.field(metadata={"json":
+    ...})``)."""
+    return utc_z(value) if isinstance(value, datetime) else value
+
+
 @dataclass_transform(kw_only_default=True, eq_default=False, field_specifiers=(dataclasses.field,))
 @dataclasses.dataclass(eq=False)
 class DomainError(Exception):
@@ -81,6 +89,8 @@ class DomainError(Exception):
     # Seconds a client should wait before retrying (sent as ``Retry-After``); None when retrying cannot help. A
     # subclass sets it (``retry_after = 1``), or sets it per instance when the wait depends on the case.
     retry_after: int | None = dataclasses.field(default=None, init=False, repr=False, metadata=_NOT_IN_BODY)
+    # The body's fields, each with how its value is written: read once per class (``body_fields_of``).
+    _body_fields: ClassVar[tuple[tuple[str, Callable[[Any], Any]], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -95,6 +105,7 @@ class DomainError(Exception):
                     "the README's error table (an error that is never sent declares expose = False instead)"
                 )
             _DECLARED[cls.code] = cls
+        cls._body_fields = body_fields_of(cls)
 
     def __post_init__(self) -> None:
         self.message = self.message or self.default_message
@@ -102,11 +113,7 @@ class DomainError(Exception):
 
     def data(self) -> dict[str, Any]:
         """The code's own fields, beside ``error`` and ``code``: the declared fields, in declaration order."""
-        return {
-            f.name: f.metadata.get("json", _jsonable)(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-            if f.metadata.get("in_body", True)
-        }
+        return {name: as_json(getattr(self, name)) for name, as_json in self._body_fields}
 
     def body(self) -> dict[str, Any]:
         """The JSON answer: ``{"error": "<for humans>", "code": "<stable>", ...the code's fields}``."""
@@ -115,6 +122,14 @@ class DomainError(Exception):
     @property
     def headers(self) -> dict[str, str]:
         return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
+
+
+def body_fields_of(cls: type[DomainError]) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """A DomainError class's body fields in declaration order, each with how its value is written (its field's
+    ``json`` metadata, else ``_jsonable``); a field declared with ``metadata={"in_body": False}`` is not one."""
+    return tuple(
+        (f.name, f.metadata.get("json", _jsonable)) for f in dataclasses.fields(cls) if f.metadata.get("in_body", True)
+    )
 
 
 class RetryAfterError(DomainError):
@@ -126,13 +141,6 @@ class RetryAfterError(DomainError):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.retry_after = max(1, math.ceil(self.retry_after_seconds))
-
-
-def _jsonable(value: Any) -> Any:
-    """A field's value in the body: a timestamp as the API renders every timestamp (``utc_z``), anything else as
-    it is. A field that its clients know in another form declares its own (``dataclasses.field(metadata={"json":
-    ...})``)."""
-    return utc_z(value) if isinstance(value, datetime) else value
 
 
 def error_body(message: str, code: str, **fields: Any) -> dict[str, Any]:

@@ -244,6 +244,19 @@ def metrics_view(request: HttpRequest, scrape_collectors: Iterable[Collector] = 
     return HttpResponse(body, content_type=content_type)
 
 
+# Each outcome counter's child per label, made at its first count: prometheus_client's ``labels()`` checks its
+# arguments and takes a lock on every call, a count here is one lookup. Bounded as the labels are.
+_OUTCOME_CHILDREN: dict[tuple[Counter, str], Counter] = {}
+
+
+def outcome_child(counter: Counter, outcome: str) -> Counter:
+    """``counter.labels(outcome=outcome)``, looked up once per counter and label."""
+    child = _OUTCOME_CHILDREN.get((counter, outcome))
+    if child is None:
+        child = _OUTCOME_CHILDREN[(counter, outcome)] = counter.labels(outcome=outcome)
+    return child
+
+
 class OutcomeCountingMixin:
     """For an APIView: count every answer in ``outcome_counter{outcome}`` and time it in ``latency_histogram``.
 
@@ -267,7 +280,7 @@ class OutcomeCountingMixin:
         """Count one answer with ``outcome``, timed from ``started`` (``time.perf_counter()``)."""
         if self.latency_histogram is not None:
             self.latency_histogram.observe(time.perf_counter() - started)
-        self.outcome_counter.labels(outcome=bounded(outcome, self.allowed_outcomes)).inc()
+        outcome_child(self.outcome_counter, bounded(outcome, self.allowed_outcomes)).inc()
 
     def outcome(self, response: HttpResponseBase) -> object:
         data = getattr(response, "data", None)
